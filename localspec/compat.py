@@ -1,0 +1,84 @@
+"""Can this drafter draft for this target? Decided from GGUF headers, before weights load.
+
+The rule follows llama.cpp's `common_speculative_are_compatible`: same tokenizer model,
+same BOS/EOS (and end-of-generation set), vocabulary sizes within 128 of each other
+(converters pad vocabularies differently, e.g. Qwen2.5 151,936 vs 152,064), and identical
+token text for every id the two share. The catalog and the recommender apply the same
+rule to catalog metadata (fingerprints), so nothing suggests a pair the engine refuses.
+"""
+
+from __future__ import annotations
+
+import os
+
+from localspec.errors import IncompatibleModelsError
+from localspec.types import VocabInfo
+
+MAX_VOCAB_SIZE_DIFFERENCE = 128
+
+
+def pair_problems(target: VocabInfo, draft: VocabInfo) -> list[str]:
+    """Every reason `draft` cannot draft for `target`, from metadata alone (empty = compatible)."""
+    problems: list[str] = []
+    if target.tokenizer_model != draft.tokenizer_model:
+        problems.append(
+            f"tokenizer model {target.tokenizer_model!r} vs {draft.tokenizer_model!r}"
+        )
+    if target.bos_token_id != draft.bos_token_id:
+        problems.append(f"BOS token id {target.bos_token_id} vs {draft.bos_token_id}")
+    if target.eos_token_id != draft.eos_token_id:
+        problems.append(f"EOS token id {target.eos_token_id} vs {draft.eos_token_id}")
+    if target.eog_token_ids and draft.eog_token_ids and target.eog_token_ids != draft.eog_token_ids:
+        problems.append(
+            f"end-of-generation tokens {sorted(target.eog_token_ids)} vs {sorted(draft.eog_token_ids)}"
+        )
+    diff = abs(target.n_vocab - draft.n_vocab)
+    if diff > MAX_VOCAB_SIZE_DIFFERENCE:
+        problems.append(
+            f"vocabulary size {target.n_vocab:,} vs {draft.n_vocab:,} "
+            f"(differ by {diff:,} > {MAX_VOCAB_SIZE_DIFFERENCE})"
+        )
+    if target.fingerprint and draft.fingerprint and target.fingerprint != draft.fingerprint:
+        problems.append("token texts differ (vocabulary fingerprints do not match)")
+    return problems
+
+
+def token_differences(target_tokens: list[str], draft_tokens: list[str], limit: int = 3) -> tuple[int, str]:
+    """(number of shared ids whose text differs, a short description of the first few)."""
+    n = min(len(target_tokens), len(draft_tokens))
+    diffs = [i for i in range(n) if target_tokens[i] != draft_tokens[i]]
+    shown = ", ".join(f"id {i}: {target_tokens[i]!r} vs {draft_tokens[i]!r}" for i in diffs[:limit])
+    return len(diffs), shown
+
+
+def check_pair(target: VocabInfo, draft: VocabInfo, detail: str | None = None) -> None:
+    """Raise IncompatibleModelsError naming both models and every mismatch."""
+    problems = pair_problems(target, draft)
+    if not problems:
+        return
+    if detail:
+        problems.append(detail)
+    raise IncompatibleModelsError(
+        f"drafter {draft.name!r} ({os.path.basename(draft.path)}) cannot draft for target "
+        f"{target.name!r} ({os.path.basename(target.path)}): "
+        + "; ".join(problems)
+        + ". Pick a drafter from the target's family (same tokenizer): `localspec recommend` "
+        "or `localspec models list` shows compatible pairs."
+    )
+
+
+def check_files(target_path: str, draft_path: str) -> tuple[VocabInfo, VocabInfo]:
+    """Read both headers and check the pair; on mismatch the error lists differing tokens."""
+    from localspec.gguf_info import read_tokens, vocab_info
+
+    target = vocab_info(target_path)
+    draft = vocab_info(draft_path)
+    problems = pair_problems(target, draft)
+    if problems:
+        detail = None
+        if target.fingerprint != draft.fingerprint and target.tokenizer_model == draft.tokenizer_model:
+            count, shown = token_differences(read_tokens(target_path), read_tokens(draft_path))
+            if count:
+                detail = f"{count:,} shared ids have different text ({shown})"
+        check_pair(target, draft, detail)
+    return target, draft

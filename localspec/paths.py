@@ -1,0 +1,47 @@
+"""Where localspec keeps its files (platformdirs), and where its packaged data lives."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+from platformdirs import user_cache_path, user_config_path, user_data_path
+
+APP_NAME = "localspec"
+
+
+def data_dir() -> Path:
+    """User data dir (models store lives here). `LOCALSPEC_DATA_DIR` overrides it."""
+    override = os.environ.get("LOCALSPEC_DATA_DIR")
+    return Path(override) if override else user_data_path(APP_NAME)
+
+
+def cache_dir() -> Path:
+    """User cache dir (built kernels, downloaded packages). `LOCALSPEC_CACHE_DIR` overrides it."""
+    override = os.environ.get("LOCALSPEC_CACHE_DIR")
+    return Path(override) if override else user_cache_path(APP_NAME)
+
+
+def config_dir() -> Path:
+    """User config dir. `LOCALSPEC_CONFIG_DIR` overrides it."""
+    override = os.environ.get("LOCALSPEC_CONFIG_DIR")
+    return Path(override) if override else user_config_path(APP_NAME)
+
+
+def model_store_dir() -> Path:
+    """Directory with GGUF files assembled or added by localspec (not the HF cache)."""
+    return data_dir() / "models"
+
+
+def packaged(*parts: str) -> Traversable:
+    """A file packaged with the app: `packaged("models", "catalog.toml")`, `packaged("cuda", ...)`.
+
+    The wheel carries the top-level `cuda/` and `models/` folders as `localspec/_data/`;
+    in a source checkout `localspec/_data/*` are symlinks to them.
+    """
+    node: Traversable = resources.files("localspec") / "_data"
+    for part in parts:
+        node = node / part
+    return node
