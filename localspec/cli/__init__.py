@@ -1,0 +1,86 @@
+"""The `localspec` command. Each command group lives in its own module with a
+`register(app)` function; heavy imports (llama_cpp, textual, fastapi) happen inside the
+command functions so `localspec --help` stays fast."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+
+from localspec.errors import LocalSpecError
+
+app = typer.Typer(
+    name="localspec",
+    help="Speculative decoding for local GGUF models. With no command, opens the TUI.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Find, download and list models (HF cache + local store).", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Measure acceptance length and speed per domain (`bench kernels`: acceptance backends).",
+    invoke_without_command=True,
+)
+app.add_typer(models_app, name="models")
+app.add_typer(bench_app, name="bench")
+
+
+def _register_all() -> None:
+    from localspec.cli import bench, bench_kernels, doctor, generate, models, recommend, serve, tui
+
+    generate.register(app)
+    tui.register(app)
+    serve.register(app)
+    recommend.register(app)
+    doctor.register(app)
+    models.register(models_app)
+    bench.register(bench_app)
+    bench_kernels.register(bench_app)
+
+
+@app.callback()
+def _root(ctx: typer.Context, verbose: bool = typer.Option(False, "-v", "--verbose", help="Log more.")) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose or os.environ.get("LOCALSPEC_DEBUG") else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if ctx.invoked_subcommand is None:
+        from localspec.cli.tui import tui_command
+
+        ctx.invoke(tui_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, turn LocalSpecError into one clear line and exit code 1."""
+    _register_all()
+    try:
+        app(args=argv, standalone_mode=False)
+    except LocalSpecError as exc:
+        if os.environ.get("LOCALSPEC_DEBUG"):
+            raise
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        typer.echo("(set LOCALSPEC_DEBUG=1 for the full traceback)", err=True)
+        return 1
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        return 130
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except Exception as exc:  # click usage errors arrive here with standalone_mode=False
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        if isinstance(exc, click.exceptions.Abort):
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
