@@ -1,0 +1,138 @@
+"""Drafters: who proposes the draft tokens d_1..d_k of a speculative step.
+
+- `ModelDrafter`: a small model with the target's tokenizer, greedy or sampled (then it
+  returns the logits rows q was built from, so acceptance uses the same q).
+- `NoDrafter`: proposes nothing: plain decoding (γ = 0) through the same loop, so
+  speedups are measured against the same code path.
+- `PromptLookupDrafter` (ngram.py): continuations found in the context, no q.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from localspec.engine.backend import ModelBackend, common_prefix_len
+from localspec.kernels.reference import probs_from_logits, sample_from_weights
+from localspec.types import SamplingParams
+
+MAX_GAMMA = 32
+"""Longest draft any drafter proposes (vLLM's MAX_SPEC_LEN)."""
+
+
+@dataclass(frozen=True)
+class DraftProposal:
+    """Draft tokens of one step and, for sampled model drafts, their logits rows."""
+
+    tokens: tuple[int, ...]
+    logits: npt.NDArray[np.float32] | None = None
+    """[k, V] raw drafter logits the drafts were sampled from, or None (greedy / no q)."""
+    drafter: str = "none"
+
+
+EMPTY = DraftProposal(())
+
+
+class Drafter(Protocol):
+    """Proposes draft tokens and follows the committed context."""
+
+    name: str
+
+    def begin(self, context: Sequence[int]) -> None:
+        """A new request starts with `context` (prompt tokens; the last one not yet evaluated)."""
+        ...
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> DraftProposal:
+        """Up to `k` draft tokens continuing `context` (all committed tokens)."""
+        ...
+
+    def observe(self, context: Sequence[int]) -> None:
+        """The step committed; `context` is the new committed sequence (roll back to it)."""
+        ...
+
+
+class NoDrafter:
+    """Plain decoding: never drafts."""
+
+    name = "none"
+
+    def begin(self, context: Sequence[int]) -> None:
+        """Nothing to prepare."""
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> DraftProposal:
+        """Always the empty draft."""
+        return EMPTY
+
+    def observe(self, context: Sequence[int]) -> None:
+        """Nothing to roll back."""
+
+
+class ModelDrafter:
+    """Drafts with a small model sharing the target's tokenizer.
+
+    Cache rule: the drafter's KV holds a prefix of the committed context. `propose` first
+    evaluates what it has not seen (at least the last committed token), then one token per
+    further draft; so after a step it lags the target by at most two tokens, which the next
+    `propose` evaluates in one batch.
+    """
+
+    name = "model"
+
+    def __init__(self, backend: ModelBackend, n_vocab: int | None = None) -> None:
+        self.backend = backend
+        self.n_vocab = n_vocab or backend.n_vocab
+        """Columns shared with the target (ids beyond are padding and never proposed)."""
+        self._rows = np.empty((MAX_GAMMA, self.n_vocab), dtype=np.float32)
+
+    def begin(self, context: Sequence[int]) -> None:
+        """Reuse the cached prefix and evaluate the rest of the prompt but its last token."""
+        b = self.backend
+        keep = min(common_prefix_len(b.tokens, context), len(context) - 1)
+        b.truncate(keep)
+        if len(context) - 1 > keep:
+            b.decode(context[keep:-1])
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> DraftProposal:
+        """Greedy or sampled drafts; stops early when its own probability < p_min."""
+        if k <= 0:
+            return EMPTY
+        k = min(k, MAX_GAMMA)
+        b = self.backend
+        if b.n_past >= len(context):
+            b.truncate(len(context) - 1)
+        row = b.decode(context[b.n_past :])[-1, : self.n_vocab]  # [V] view
+        tokens: list[int] = []
+        for i in range(k):
+            if params.greedy:
+                tok = int(np.argmax(row))
+                if p_min > 0.0:
+                    z = row.astype(np.float64)
+                    prob = 1.0 / float(np.exp(z - z[tok]).sum())
+                    if prob < p_min:
+                        break
+            else:
+                q = probs_from_logits(row, params)  # [V] float64
+                tok = sample_from_weights(q, float(rng.random()))
+                if p_min > 0.0 and q[tok] < p_min:
+                    break
+                self._rows[i] = row  # the one copy: the next decode overwrites `row`
+            tokens.append(tok)
+            if i + 1 < k:
+                row = b.decode([tok])[-1, : self.n_vocab]
+        logits = None if params.greedy or not tokens else self._rows[: len(tokens)]
+        return DraftProposal(tuple(tokens), logits, self.name)
+
+    def observe(self, context: Sequence[int]) -> None:
+        """Drop drafted positions the target did not keep."""
+        b = self.backend
+        b.truncate(common_prefix_len(b.tokens, context))

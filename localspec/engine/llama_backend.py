@@ -1,0 +1,264 @@
+"""`LlamaCppBackend`: one GGUF on llama.cpp through llama-cpp-python's low-level API.
+
+The only module that imports `llama_cpp`. It owns the model, the context, one reusable
+`llama_batch`, and the record of which tokens the KV cache holds, so rollback
+(`llama_memory_seq_rm`) never leaks into the loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+from localspec.errors import ContextOverflowError, ModelLoadError, ModelNotFoundError
+from localspec.hardware import cpu_has_amx
+from localspec.types import ModelSpec
+
+log = logging.getLogger(__name__)
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp is chatty at load; route it to logging (debug unless it is an error).
+    msg = text.decode("utf-8", "replace").rstrip()
+    if msg:
+        log.log(logging.WARNING if level == 4 else logging.DEBUG, "%s", msg)  # 4 = GGML_LOG_LEVEL_ERROR
+
+
+def _ensure_backend() -> None:
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialized = True
+
+
+def _physical_cores() -> int:
+    try:
+        import psutil
+
+        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    except Exception:  # psutil missing or unsupported platform
+        return max(1, os.cpu_count() or 1)
+
+
+def llama_cpp_version() -> str:
+    """Version of the llama-cpp-python binding."""
+    return str(getattr(llama_cpp, "__version__", "unknown"))
+
+
+def gpu_offload_supported() -> bool:
+    """True when this llama.cpp build can offload layers to a GPU."""
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+class LlamaCppBackend:
+    """A GGUF model with its own context (one sequence), batch and token record."""
+
+    def __init__(self, spec: ModelSpec, *, n_outputs_max: int = 64) -> None:
+        if not os.path.isfile(spec.path):
+            raise ModelNotFoundError(
+                f"model file not found: {spec.path}. See `localspec models list`, or "
+                "`localspec models install-default` for the offline pair."
+            )
+        _ensure_backend()
+        self.spec = spec
+        self.name = spec.display_name
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = spec.n_gpu_layers if spec.n_gpu_layers >= 0 else 999
+        if cpu_has_amx():
+            # llama.cpp's AMX buffer type segfaults in ggml_backend_amx_mul_mat on these
+            # CPUs (llama.cpp #20824); plain CPU buffers work with any build.
+            mparams.use_extra_bufts = False
+        self._model = llama_cpp.llama_model_load_from_file(spec.path.encode(), mparams)
+        if not self._model:
+            raise ModelLoadError(
+                f"llama.cpp could not load {spec.path}; the file may be truncated or not a GGUF "
+                "model. Re-download it, or check `localspec models list`."
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        n_threads = spec.n_threads or _physical_cores()
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = spec.n_ctx
+        cparams.n_batch = spec.n_batch
+        cparams.n_ubatch = spec.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.no_perf = True
+        if spec.flash_attn is not None:
+            cparams.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if spec.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {spec.n_ctx} tokens for {self.name}; "
+                "try a smaller context (-c) or fewer GPU layers (-ngl)."
+            )
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_batch = spec.n_batch
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.tokens: list[int] = []
+        self.t_decode_s = 0.0
+        self.n_threads = n_threads
+        self.n_params = int(llama_cpp.llama_model_n_params(self._model))
+        self.size_bytes = int(llama_cpp.llama_model_size(self._model))
+        self.n_layer = int(llama_cpp.llama_model_n_layer(self._model))
+        self._bos = int(llama_cpp.llama_vocab_bos(self._vocab))
+        self._eos = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for t in range(self.n_vocab):
+            # a numpy lookup table: is_eog runs for every emitted token
+            if llama_cpp.llama_vocab_is_eog(self._vocab, t):
+                self._eog[t] = True
+        tmpl = llama_cpp.llama_model_chat_template(self._model, None)
+        self._chat_template = tmpl.decode("utf-8", "replace") if tmpl else None
+
+    # -- KV cache -------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Positions held by the KV cache."""
+        return len(self.tokens)
+
+    def decode(self, tokens: Sequence[int], all_logits: bool = False) -> npt.NDArray[np.float32]:
+        """Evaluate `tokens` at positions n_past..; logits [len(tokens), V] if `all_logits`
+        (at most n_batch tokens), else [1, V] for the last token. A zero-copy view into
+        llama.cpp's buffer, overwritten by the next decode."""
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        if self.n_past + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{self.name}: {self.n_past + n} tokens exceed the context of {self.n_ctx}; "
+                "raise -c/--ctx-size or shorten the prompt"
+            )
+        if all_logits and n > self.n_batch:
+            raise ValueError(f"all_logits needs at most n_batch={self.n_batch} tokens, got {n}")
+        batch = self._batch
+        n_out = 0
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + self.n_batch >= n
+            pos0 = self.n_past + start
+            for i, tok in enumerate(chunk):
+                batch.token[i] = tok
+                batch.pos[i] = pos0 + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = all_logits
+            batch.n_tokens = len(chunk)
+            if last_chunk and not all_logits:
+                batch.logits[len(chunk) - 1] = True
+            n_out = len(chunk) if all_logits else 1
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self._ctx, batch)
+            self.t_decode_s += time.perf_counter() - t0
+            if rc != 0:
+                # the cache may hold part of the batch now: drop it so `tokens` stays true
+                llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+                if rc == 1:
+                    raise ContextOverflowError(
+                        f"{self.name}: no KV cache slot for {len(chunk)} tokens at position {pos0}; "
+                        "raise -c/--ctx-size"
+                    )
+                raise ModelLoadError(f"{self.name}: llama_decode failed with code {rc}")
+        self.tokens.extend(int(t) for t in tokens)
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def truncate(self, n_past: int) -> None:
+        """Drop KV positions >= n_past."""
+        if n_past >= len(self.tokens):
+            return
+        n_past = max(0, n_past)
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+            # recurrent models cannot drop a suffix: start over rather than keep a lie
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self.tokens.clear()
+            return
+        del self.tokens[n_past:]
+
+    # -- tokenizer -----------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids (BOS added when the model asks for it and add_special)."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes of a token's piece; special/control tokens give b""."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            buf = self._piece_buf
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            piece = buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        """End-of-generation token (EOS, EOT, <|im_end|>, ...)."""
+        return bool(0 <= token < self.n_vocab and self._eog[token])
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", "replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        """The GGUF's Jinja chat template (`tokenizer.chat_template`)."""
+        return self._chat_template
+
+    @property
+    def bos_token(self) -> str:
+        """Text of the BOS token."""
+        return self._token_text(self._bos)
+
+    @property
+    def eos_token(self) -> str:
+        """Text of the EOS token."""
+        return self._token_text(self._eos)
+
+    def close(self) -> None:
+        """Free batch, context and model (idempotent)."""
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            llama_cpp.llama_model_free(self._model)
+            self._ctx = None
+            self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass

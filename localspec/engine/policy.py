@@ -1,0 +1,44 @@
+"""How much to speculate: which drafter and how many draft tokens, chosen before each step."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from localspec.engine.drafting import Drafter
+
+
+class DraftPolicy(Protocol):
+    """Chooses (drafter, γ) for the next step and learns from what happened."""
+
+    name: str
+    drafters: list[Drafter]
+    """Every drafter this policy may use (they follow the context)."""
+
+    def choose(self, k_cap: int) -> tuple[Drafter, int]:
+        """The drafter and draft length (<= k_cap) for the next step."""
+        ...
+
+    def observe(
+        self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float
+    ) -> None:
+        """The step's outcome and costs."""
+        ...
+
+
+class FixedPolicy:
+    """Always the same drafter and γ (capped by the context and the token budget)."""
+
+    def __init__(self, drafter: Drafter, gamma: int) -> None:
+        self.drafter = drafter
+        self.gamma = gamma
+        self.drafters = [drafter]
+        self.name = f"{drafter.name}" if drafter.name == "none" else f"{drafter.name}(γ={gamma})"
+
+    def choose(self, k_cap: int) -> tuple[Drafter, int]:
+        """(drafter, min(γ, k_cap))."""
+        return self.drafter, max(0, min(self.gamma, k_cap))
+
+    def observe(
+        self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float
+    ) -> None:
+        """A fixed policy learns nothing."""
