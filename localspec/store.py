@@ -271,3 +271,39 @@ def install_defaults(with_fixtures: bool = True, progress: ProgressFn | None = N
     """Install the default pair and (optionally) the small test fixtures."""
     wanted = [m for m in offline_models() if with_fixtures or m.role in ("target", "draft")]
     return [install(m.id, progress) for m in wanted]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m localspec.store [--no-fixtures]`: install the offline models with progress bars
+    (what `make setup` runs; the same as `localspec models install-default`)."""
+    import argparse
+
+    from tqdm import tqdm
+
+    parser = argparse.ArgumentParser(prog="python -m localspec.store", description=main.__doc__)
+    parser.add_argument("--no-fixtures", action="store_true", help="only the default target/draft pair")
+    args = parser.parse_args(argv)
+    bars: dict[str, tqdm] = {}
+
+    def progress(model_id: str, done: int, total: int) -> None:
+        bar = bars.get(model_id)
+        if bar is None:
+            bar = bars[model_id] = tqdm(total=total, unit="B", unit_scale=True, desc=model_id, leave=True)
+        bar.update(done - bar.n)
+
+    try:
+        for m in offline_models():
+            if args.no_fixtures and m.role not in ("target", "draft"):
+                continue
+            path = install(m.id, progress)
+            if m.id in bars:
+                bars[m.id].close()
+            print(f"{m.id}: {path}", file=sys.stderr)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
