@@ -1,0 +1,411 @@
+"""The model catalog: known families, Hub repos, GGUF files per quantization, sizes,
+architecture figures for KV-cache sizing, and tokenizer identities (models/catalog.toml).
+
+Every figure carries its provenance (`source`): "measured" (computed here from a local
+file), "model card" (as published upstream, not checked here), "estimated" (computed, e.g.
+params × bits per weight) or "hub YYYY-MM-DD" (written by `localspec models refresh`).
+`models refresh` writes a user copy (`user_catalog_path()`) that overrides the packaged one.
+
+Pair compatibility uses THE rule of `compat.pair_problems` on VocabInfo records built from
+the catalog, plus one condition for metadata: when a fingerprint is unknown, two entries are
+compatible only if the catalog says they share a tokenizer id. Also here: the registry of
+local GGUF paths added with `localspec models add`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localspec.compat import pair_problems
+from localspec.errors import LocalSpecError, ModelNotFoundError
+from localspec.paths import data_dir, packaged
+from localspec.types import VocabInfo
+
+log = logging.getLogger(__name__)
+
+SCHEMA = 1
+KV_BYTES_PER_ELEMENT = 2
+"""llama.cpp's default KV cache type is f16."""
+
+QUANT_PATTERN = re.compile(
+    r"(?<![A-Za-z0-9])(IQ[1-4]_[A-Z]+|Q[2-8]_K(?:_[SML]|_XL)?|Q[4-8]_[01]|BF16|F16|F32)(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+
+
+class CatalogError(LocalSpecError):
+    """The catalog file is unreadable or inconsistent."""
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """One tokenizer the catalog knows (shared by every model that names its `id`)."""
+
+    id: str
+    model: str
+    """`tokenizer.ggml.model` (gpt2, llama)."""
+    pre: str | None
+    n_vocab: int
+    bos: int | None
+    eos: int | None
+    eog: tuple[int, ...]
+    fingerprint: str
+    """gguf_info.vocab_fingerprint of the token texts; "" = unknown (refresh fills it)."""
+    source: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CatalogFile:
+    """One GGUF file of a model at one quantization."""
+
+    quant: str
+    file: str
+    size: int
+    sha256: str
+    """The Hub's LFS oid when known, else ""."""
+    source: str
+    repo: str
+    """Hub repo holding the file ("" for files only the offline store carries)."""
+    offline: str | None = None
+    """Id in models/offline.toml when the local store can install this exact file."""
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    """One model (one set of weights) with its architecture and files."""
+
+    id: str
+    family: str
+    name: str
+    tokenizer: str
+    repo: str
+    params: float
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ctx_train: int
+    n_vocab: int
+    source: str
+    files: tuple[CatalogFile, ...]
+    sliding_window: int = 0
+    """Sliding-window size of local attention layers (Gemma 3), 0 = every layer global."""
+    swa_pattern: int = 0
+    """Every `swa_pattern`-th layer is global when sliding_window > 0."""
+
+    def file_for(self, quant: str) -> CatalogFile:
+        """The file at `quant` (case-insensitive), or ModelNotFoundError listing the known ones."""
+        for f in self.files:
+            if f.quant.lower() == quant.lower():
+                return f
+        known = ", ".join(f.quant for f in self.files)
+        raise ModelNotFoundError(f"{self.id} has no {quant} file in the catalog; known: {known}")
+
+    def kv_bytes(self, n_ctx: int, n_layers: int | None = None) -> int:
+        """f16 K+V cache bytes at `n_ctx` tokens for `n_layers` layers (default all).
+
+        Sliding-window layers hold min(n_ctx, window) positions (llama.cpp's iSWA cache).
+        """
+        layers = self.n_layer if n_layers is None else n_layers
+        per_pos = 2 * self.n_head_kv * self.head_dim * KV_BYTES_PER_ELEMENT
+        if self.sliding_window and self.swa_pattern:
+            n_global = math.ceil(layers / self.swa_pattern)
+            n_local = layers - n_global
+            return per_pos * (n_global * n_ctx + n_local * min(n_ctx, self.sliding_window))
+        return per_pos * layers * n_ctx
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: display name, the tasks it is meant for, its default tokenizer."""
+
+    id: str
+    name: str
+    tokenizer: str
+    tasks: tuple[str, ...]
+    license: str
+    arch: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The loaded catalog."""
+
+    tokenizers: dict[str, TokenizerInfo]
+    families: dict[str, Family]
+    models: tuple[CatalogModel, ...]
+    origin: str
+    """Where it was read from (packaged file or the user copy)."""
+    raw: dict[str, Any]
+    """The parsed TOML (what `models refresh` edits and writes back)."""
+
+    def model(self, model_id: str) -> CatalogModel:
+        """The model called `model_id` (ModelNotFoundError lists close matches)."""
+        for m in self.models:
+            if m.id == model_id:
+                return m
+        close = [m.id for m in self.models if model_id.split("-")[0].lower() in m.id]
+        hint = f" Did you mean: {', '.join(close[:5])}?" if close else " See `localspec models list --catalog`."
+        raise ModelNotFoundError(f"no model {model_id!r} in the catalog.{hint}")
+
+    def tokenizer_of(self, model: CatalogModel) -> TokenizerInfo:
+        """The tokenizer record a model names."""
+        return self.tokenizers[model.tokenizer]
+
+    def vocab_info(self, model: CatalogModel) -> VocabInfo:
+        """A VocabInfo built from catalog metadata, for `compat.pair_problems`."""
+        tok = self.tokenizer_of(model)
+        return VocabInfo(
+            path=f"catalog:{model.id}",
+            name=model.name,
+            tokenizer_model=tok.model,
+            tokenizer_pre=tok.pre,
+            n_vocab=model.n_vocab,
+            bos_token_id=tok.bos,
+            eos_token_id=tok.eos,
+            eog_token_ids=frozenset(tok.eog),
+            fingerprint=tok.fingerprint,
+            architecture=self.families[model.family].arch,
+        )
+
+    def pair_problems(self, target: CatalogModel, draft: CatalogModel) -> list[str]:
+        """Why `draft` cannot draft for `target` per the catalog (empty = compatible)."""
+        problems = pair_problems(self.vocab_info(target), self.vocab_info(draft))
+        t_tok, d_tok = self.tokenizer_of(target), self.tokenizer_of(draft)
+        if t_tok.id != d_tok.id and not (t_tok.fingerprint and t_tok.fingerprint == d_tok.fingerprint):
+            problems.append(
+                f"tokenizers {t_tok.id!r} and {d_tok.id!r} are not known to be the same "
+                "(fingerprint unknown or different)"
+            )
+        return problems
+
+    def match_file(self, filename: str) -> tuple[CatalogModel, CatalogFile] | None:
+        """The catalog entry whose file name is `filename` (case-insensitive), if any."""
+        name = os.path.basename(filename).lower()
+        for m in self.models:
+            for f in m.files:
+                if f.file.lower() == name:
+                    return m, f
+        return None
+
+
+def guess_quant(filename: str) -> str | None:
+    """The quantization named in a GGUF file name (`...-Q4_K_M.gguf` -> Q4_K_M)."""
+    found = QUANT_PATTERN.findall(os.path.basename(filename))
+    return found[-1].upper() if found else None
+
+
+def user_catalog_path() -> Path:
+    """The user copy written by `models refresh`; it overrides the packaged catalog."""
+    return data_dir() / "catalog.toml"
+
+
+def packaged_catalog_text() -> str:
+    """The catalog shipped in the wheel."""
+    return packaged("models", "catalog.toml").read_text(encoding="utf-8")
+
+
+def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
+    """Read the catalog: `path`, else the user copy when present, else the packaged one."""
+    if path is not None:
+        return _load_cached(str(path), _mtime(str(path)))
+    user = user_catalog_path()
+    if user.is_file():
+        try:
+            cat = _load_cached(str(user), _mtime(str(user)))
+            if cat.raw.get("schema") == SCHEMA:
+                return cat
+            log.warning("ignoring %s: schema %s, expected %s", user, cat.raw.get("schema"), SCHEMA)
+        except CatalogError as exc:
+            log.warning("ignoring the user catalog: %s", exc)
+    return parse_catalog(tomllib.loads(packaged_catalog_text()), "packaged")
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError as exc:
+        raise CatalogError(f"cannot read catalog {path}: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int) -> Catalog:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogError(
+            f"catalog {path} is unreadable ({exc}); delete it to use the packaged catalog"
+        ) from exc
+    return parse_catalog(data, path)
+
+
+def parse_catalog(data: dict[str, Any], origin: str) -> Catalog:
+    """Build a Catalog from parsed TOML; CatalogError names the first bad entry."""
+    try:
+        tokenizers = {
+            tid: TokenizerInfo(
+                id=tid, model=t["model"], pre=t.get("pre"), n_vocab=int(t["n_vocab"]),
+                bos=t.get("bos"), eos=t.get("eos"), eog=tuple(t.get("eog", ())),
+                fingerprint=t.get("fingerprint", ""), source=t["source"], note=t.get("note", ""),
+            )
+            for tid, t in data["tokenizer"].items()
+        }
+        families = {
+            f["id"]: Family(
+                id=f["id"], name=f["name"], tokenizer=f["tokenizer"], tasks=tuple(f["tasks"]),
+                license=f.get("license", ""), arch=f["arch"],
+            )
+            for f in data["family"]
+        }
+        models = tuple(_parse_model(m, families, tokenizers) for m in data["model"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CatalogError(f"catalog {origin} is malformed: {exc!r}") from exc
+    return Catalog(tokenizers, families, models, origin, data)
+
+
+def _parse_model(m: dict[str, Any], families: dict[str, Family], tokenizers: dict[str, TokenizerInfo]) -> CatalogModel:
+    family = families[m["family"]]
+    tok_id = m.get("tokenizer", family.tokenizer)
+    if tok_id not in tokenizers:
+        raise ValueError(f"model {m['id']} names unknown tokenizer {tok_id!r}")
+    files = tuple(
+        CatalogFile(
+            quant=f["quant"], file=f["file"], size=int(f["size"]), sha256=f.get("sha256", ""),
+            source=f["source"], repo=f.get("repo", m["repo"]), offline=f.get("offline"),
+        )
+        for f in m["files"]
+    )
+    return CatalogModel(
+        id=m["id"], family=family.id, name=m["name"], tokenizer=tok_id, repo=m["repo"],
+        params=float(m["params"]), n_layer=int(m["n_layer"]), n_embd=int(m["n_embd"]),
+        n_head=int(m["n_head"]), n_head_kv=int(m["n_head_kv"]), head_dim=int(m["head_dim"]),
+        n_ctx_train=int(m["n_ctx_train"]), n_vocab=int(m.get("n_vocab", tokenizers[tok_id].n_vocab)),
+        source=m["source"], files=files, sliding_window=int(m.get("sliding_window", 0)),
+        swa_pattern=int(m.get("swa_pattern", 0)),
+    )
+
+
+# --- writing (the user copy) -----------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(k: str) -> str:
+    return k if _BARE_KEY.match(k) else json.dumps(k)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        if v and all(isinstance(x, dict) for x in v):
+            return "[\n" + "".join(f"  {_value(x)},\n" for x in v) + "]"
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dump_toml(data: dict[str, Any], header: str = "") -> str:
+    """TOML text for the catalog's shape: scalars, tables of tables, arrays of tables
+    (whose list-of-dict values are written as arrays of inline tables)."""
+    out = [header.rstrip() + "\n\n"] if header else []
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and not _is_table_array(v)}
+    out.extend(f"{_key(k)} = {_value(v)}\n" for k, v in scalars.items())
+    for k, v in data.items():
+        if isinstance(v, dict):
+            for sub, table in v.items():
+                out.append(f"\n[{_key(k)}.{_key(sub)}]\n")
+                out.extend(f"{_key(a)} = {_value(b)}\n" for a, b in table.items())
+    for k, v in data.items():
+        if _is_table_array(v):
+            for table in v:
+                out.append(f"\n[[{_key(k)}]]\n")
+                out.extend(f"{_key(a)} = {_value(b)}\n" for a, b in table.items())
+    return "".join(out)
+
+
+def _is_table_array(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def save_user_catalog(data: dict[str, Any], path: Path | None = None) -> Path:
+    """Write `data` (validated first) atomically as the user catalog copy."""
+    parse_catalog(data, "update")
+    path = path or user_catalog_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        "# localspec model catalog: user copy written by `localspec models refresh`.\n"
+        "# It overrides the packaged catalog; delete it to go back to the packaged one."
+    )
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dump_toml(data, header), encoding="utf-8")
+    os.replace(tmp, path)
+    _load_cached.cache_clear()
+    return path
+
+
+# --- local GGUFs added by path -------------------------------------------------------
+
+def registry_path() -> Path:
+    """JSON list of GGUF paths added with `localspec models add`."""
+    return data_dir() / "added_models.json"
+
+
+def added_paths() -> list[Path]:
+    """Paths added by the user (missing files included; `models list` marks them)."""
+    try:
+        entries = json.loads(registry_path().read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring unreadable %s: %s", registry_path(), exc)
+        return []
+    return [Path(e["path"]) for e in entries if isinstance(e, dict) and "path" in e]
+
+
+def _write_registry(paths: list[Path]) -> None:
+    reg = registry_path()
+    reg.parent.mkdir(parents=True, exist_ok=True)
+    tmp = reg.with_name(reg.name + ".tmp")
+    tmp.write_text(json.dumps([{"path": str(p)} for p in paths], indent=1))
+    os.replace(tmp, reg)
+
+
+def add_path(path: str | os.PathLike[str]) -> VocabInfo:
+    """Register a local GGUF (its header must read); returns its tokenizer facts."""
+    from localspec.gguf_info import vocab_info
+
+    p = Path(path).expanduser().resolve()
+    info = vocab_info(p)  # raises ModelNotFoundError / ModelLoadError with the next step
+    paths = added_paths()
+    if p not in paths:
+        _write_registry([*paths, p])
+    return info
+
+
+def remove_path(path: str | os.PathLike[str]) -> bool:
+    """Unregister an added path (the file itself is kept). True when it was registered."""
+    p = Path(path).expanduser().resolve()
+    paths = added_paths()
+    if p not in paths:
+        return False
+    _write_registry([q for q in paths if q != p])
+    return True
