@@ -57,3 +57,7 @@ class ChecksumMismatchError(DownloadError):
 
 class StoreError(LocalSpecError):
     """The local model store could not assemble or verify a model."""
+
+
+class PromptSetError(LocalSpecError):
+    """A benchmark prompt file cannot be read or has no prompts in the wanted categories."""
