@@ -7,6 +7,7 @@ fingerprints, `models list`. Results are cached by (path, size, mtime) because p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -75,6 +76,12 @@ def _read(path: str) -> tuple[dict[str, Any], list[str]]:
     p = Path(path)
     if not p.is_file():
         raise ModelNotFoundError(f"GGUF file not found: {path}")
+    st = p.stat()
+    return _read_cached(str(p.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_cached(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], list[str]]:
     try:
         reader = _header_reader(path)
     except Exception as exc:  # the gguf package raises ValueError/struct errors on junk
