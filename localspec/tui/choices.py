@@ -1,0 +1,208 @@
+"""What the models screen offers: local GGUF files and the drafters that fit a target.
+
+Pure functions over the store, added paths and GGUF headers (no Textual), so they are
+tested directly. Header reads can take seconds on first use (cached after): call them
+from a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from localspec.errors import LocalSpecError
+
+if TYPE_CHECKING:
+    from localspec.catalog import Catalog, CatalogFile
+    from localspec.hardware import HardwareReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A GGUF file on this machine that can be loaded."""
+
+    path: str
+    label: str
+    origin: str
+    """"store" (localspec's offline store), "hf-cache" or "added" (a path given by the user)."""
+    size: int
+    """Bytes on disk."""
+
+
+@dataclass(frozen=True)
+class DrafterChoice:
+    """A local model judged as a drafter for one target."""
+
+    model: LocalModel
+    problems: tuple[str, ...]
+    """Why it cannot draft for the target (empty = compatible)."""
+
+    @property
+    def compatible(self) -> bool:
+        """True when the headers say it can draft for the target."""
+        return not self.problems
+
+
+def describe_size(size: int) -> str:
+    """Bytes as a short human string (1.1 GB, 98 MB)."""
+    if size >= 1 << 30:
+        return f"{size / (1 << 30):.1f} GB"
+    return f"{size / (1 << 20):.0f} MB"
+
+
+def added_model(path: str) -> LocalModel:
+    """A user-given GGUF path as a LocalModel; ModelNotFoundError when it is not a file."""
+    from localspec.errors import ModelNotFoundError
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ModelNotFoundError(f"GGUF file not found: {path}. Check the path and try again.")
+    return LocalModel(str(p.resolve()), p.name, "added", p.stat().st_size)
+
+
+def local_models(added: Sequence[str] = ()) -> list[LocalModel]:
+    """Installed store models (not header-only parts), HF-cache GGUFs, then added paths."""
+    from localspec.store import is_installed, offline_models
+
+    found: list[LocalModel] = []
+    for m in offline_models():
+        if m.role != "header-only" and is_installed(m):
+            found.append(LocalModel(str(m.path), m.id, "store", m.size))
+    found.extend(_hf_cache_models())
+    for path in added:
+        try:
+            found.append(added_model(path))
+        except LocalSpecError as exc:
+            log.info("skipping added path: %s", exc)
+    unique: dict[str, LocalModel] = {}
+    for m in found:
+        unique.setdefault(os.path.realpath(m.path), m)
+    return list(unique.values())
+
+
+def _hf_cache_models() -> list[LocalModel]:
+    """GGUFs in the Hugging Face cache, when localspec.download offers a listing."""
+    try:
+        from localspec import download
+    except ImportError:
+        return []
+    lister = getattr(download, "cached_ggufs", None)
+    if lister is None:
+        return []
+    out = []
+    try:
+        for item in lister():
+            path = str(getattr(item, "path", item))
+            label = str(getattr(item, "label", None) or getattr(item, "filename", None) or Path(path).name)
+            out.append(LocalModel(path, label, "hf-cache", Path(path).stat().st_size))
+    except (LocalSpecError, OSError) as exc:
+        log.warning("could not list the Hugging Face cache: %s", exc)
+    return out
+
+
+def drafter_choices(target_path: str, candidates: Sequence[LocalModel]) -> list[DrafterChoice]:
+    """Every candidate judged against the target's tokenizer: compatible ones first
+    (smallest first, since a drafter must be cheap), then the rest with their reasons."""
+    from localspec.compat import pair_problems
+    from localspec.gguf_info import vocab_info
+
+    target = vocab_info(target_path)
+    choices = []
+    for c in candidates:
+        try:
+            problems = tuple(pair_problems(target, vocab_info(c.path)))
+        except LocalSpecError as exc:
+            problems = (str(exc),)
+        choices.append(DrafterChoice(c, problems))
+    return sorted(choices, key=lambda d: (not d.compatible, d.model.size))
+
+
+# --- the catalog -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CatalogChoice:
+    """A catalog model offered on the models screen, with the quants that fit here."""
+
+    model_id: str
+    label: str
+    quants: tuple[str, ...]
+    """Quantizations whose file plus KV cache fit this machine, smallest first."""
+    reason: str
+    """Why it is offered (or a recommendation's reason)."""
+    recommended: bool = False
+
+
+def fits_budget(file_size: int, kv_bytes: int, budget_bytes: int) -> bool:
+    """True when weights + KV cache + 10 % headroom fit in `budget_bytes`."""
+    return (file_size + kv_bytes) * 1.1 <= budget_bytes
+
+
+def memory_budget(report: HardwareReport, use_gpu: bool) -> tuple[int, str]:
+    """(bytes, "VRAM"/"RAM") a model may use: the best GPU's free VRAM when offloading, else
+    available RAM."""
+    gpu = report.best_gpu if use_gpu else None
+    if gpu is not None:
+        return gpu.vram_free_bytes, "VRAM"
+    return report.ram_available_bytes, "RAM"
+
+
+def catalog_choices(catalog: Catalog, budget_bytes: int, budget_name: str, n_ctx: int) -> list[CatalogChoice]:
+    """Catalog models with at least one quant that fits `budget_bytes` at `n_ctx`, largest
+    model first (the biggest target that fits is usually the one worth speeding up)."""
+    out = []
+    for m in catalog.models:
+        kv = m.kv_bytes(min(n_ctx, m.n_ctx_train))
+        fitting = sorted((f for f in m.files if fits_budget(f.size, kv, budget_bytes)), key=lambda f: f.size)
+        if not fitting:
+            continue
+        top = fitting[-1]
+        reason = f"{top.quant} {describe_size(top.size)} + KV {describe_size(kv)} fits {budget_name}"
+        out.append(CatalogChoice(m.id, m.name, tuple(f.quant for f in fitting), reason))
+    return sorted(out, key=lambda c: -catalog.model(c.model_id).params)
+
+
+def catalog_drafters(catalog: Catalog, target_id: str) -> list[str]:
+    """Ids of catalog models that can draft for `target_id` (same tokenizer), smallest first."""
+    target = catalog.model(target_id)
+    ok = [
+        m for m in catalog.models
+        if m.id != target.id and m.params < target.params and not catalog.pair_problems(target, m)
+    ]
+    return [m.id for m in sorted(ok, key=lambda m: m.params)]
+
+
+def local_file_for(catalog_file: CatalogFile) -> str | None:
+    """Where a catalog file already is on this machine (offline store or HF cache), if anywhere."""
+    offline = catalog_file.offline
+    if offline:
+        from localspec.store import is_installed, offline_model
+
+        try:
+            m = offline_model(offline)
+        except LocalSpecError:
+            m = None
+        if m is not None and is_installed(m):
+            return str(m.path)
+    try:
+        from localspec import download
+    except ImportError:
+        return None
+    finder = getattr(download, "cached_path", None)
+    if finder is None:
+        return None
+    try:
+        found = finder(catalog_file.repo, catalog_file.file)
+    except (LocalSpecError, OSError):
+        return None
+    return str(found) if found else None
+
+
+def same_file(a: str, b: str) -> bool:
+    """True when two paths name the same file."""
+    return os.path.realpath(a) == os.path.realpath(b)

@@ -1,0 +1,3 @@
+"""Widgets of the TUI: the transcript, the stats panel, download rows."""
+
+from __future__ import annotations
