@@ -1,9 +1,93 @@
-"""CLI: `generate` commands (not built yet)."""
+"""CLI: `localspec generate` — stream one completion, then its speculative stats."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
+
+from localspec.cli import _options as opt
+
+GENERATE_EXAMPLES = [
+    "localspec generate -p 'def quicksort(xs):'",
+    "localspec generate --chat -p 'Explain speculative decoding' --temp 0.8 --seed 1",
+    "localspec generate -m big.gguf -md small.gguf -p 'Hello' --compare-plain",
+]
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add `generate`."""
+    app.command("generate", help="Generate text with speculative decoding and print the stats.\n\n"
+                + "\n".join(f"  {e}" for e in GENERATE_EXAMPLES))(generate)
+
+
+def generate(
+    prompt: str = typer.Option(..., "-p", "--prompt", help="Prompt text."),
+    chat: bool = typer.Option(False, "--chat", help="Send the prompt as a user message through the chat template."),
+    system: str | None = typer.Option(None, "--system", help="System message (with --chat)."),
+    n_predict: int = typer.Option(128, "-n", "--n-predict", help="Maximum tokens to generate."),
+    temp: float = typer.Option(0.0, "--temp", help="Temperature (0 = greedy, bit-exact with the target)."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k"),
+    seed: int | None = typer.Option(None, "-s", "--seed"),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string (repeatable)."),
+    drafter: str = typer.Option("adaptive", "--drafter", help="adaptive, model, ngram or none."),
+    p_min: float = typer.Option(0.0, "--spec-draft-p-min", help="Stop drafting below this drafter probability."),
+    compare_plain: bool = typer.Option(False, "--compare-plain", help="Also run plain decoding on the same prompt and print both speeds."),
+    model: str | None = opt.MODEL,
+    model_draft: str | None = opt.MODEL_DRAFT,
+    ngl: int = opt.NGL,
+    ngld: int = opt.NGLD,
+    ctx: int = opt.CTX,
+    threads: int | None = opt.THREADS,
+    gamma: int = opt.GAMMA,
+    kernel: str | None = opt.KERNEL,
+    flash_attn: bool | None = opt.FLASH_ATTN,
+) -> None:
+    """Stream one generation; `--compare-plain` adds plain decoding in the same process."""
+    from localspec.engine import ChatMessage, Engine, GenerationRequest
+
+    engine = opt.build_engine(model, model_draft, ngl=ngl, ngld=ngld, ctx=ctx, threads=threads, gamma=gamma,
+                              kernel=kernel, flash_attn=flash_attn)
+    assert isinstance(engine, Engine)
+    if chat:
+        msgs = ([ChatMessage("system", system)] if system else []) + [ChatMessage("user", prompt)]
+        base = GenerationRequest(messages=tuple(msgs), max_tokens=n_predict)
+    else:
+        base = GenerationRequest(prompt=prompt, max_tokens=n_predict)
+    from dataclasses import replace
+
+    request = replace(base, temperature=temp, top_p=top_p, top_k=top_k, seed=seed, stop=tuple(stop),
+                      drafter=drafter, gamma=gamma, p_min=p_min)
+    for event in engine.generate(request):
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    spec = engine.stats()
+    typer.secho(_stats_line(spec), fg="cyan", err=True)
+    if compare_plain:
+        for _ in engine.generate(replace(request, drafter="none")):
+            pass
+        plain = engine.stats()
+        typer.secho(_stats_line(plain), fg="cyan", err=True)
+        ratio = spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else float("nan")
+        typer.secho(
+            f"speculative {spec.tokens_per_s:.2f} tok/s vs plain {plain.tokens_per_s:.2f} tok/s: {ratio:.2f}x",
+            bold=True, err=True,
+        )
+    engine.close()
+
+
+def _stats_line(s: object) -> str:
+    from localspec.engine import SpecStats
+
+    assert isinstance(s, SpecStats)
+    gammas = ",".join(f"{g}:{n}" for g, n in sorted(s.gamma_counts.items()))
+    return (
+        f"[{s.drafter}] {s.num_generated_tokens} tokens in {s.t_generate_s:.2f}s = {s.tokens_per_s:.2f} tok/s | "
+        f"steps {s.num_steps} drafted {s.num_draft_tokens} accepted {s.num_accepted_tokens} | "
+        f"AL {s.mean_acceptance_length:.2f} acceptance {s.acceptance_rate:.1%} | γ used {{{gammas}}} | "
+        f"draft {s.t_draft_s:.2f}s verify {s.t_verify_s:.2f}s accept {s.t_accept_s * 1e3:.1f}ms | "
+        f"prefill {s.num_prompt_tokens} tok ({s.num_cached_prompt_tokens} cached) {s.t_prefill_s:.2f}s | "
+        f"outside llama_decode {s.overhead_share:.1%} | kernel {s.kernel}"
+    )
