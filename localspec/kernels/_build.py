@@ -94,7 +94,7 @@ def source_digest() -> str:
 
 
 def target_arch() -> str:
-    """`sm_XY` of the first GPU from `localspec.hardware.probe()` when it reports one,
+    """`sm_XY` of GPU 0 from `localspec.hardware.probe()` (NVML) when it reports one,
     else `native` (nvcc asks the driver; without a GPU it warns and uses its default)."""
     try:
         from localspec import hardware
@@ -111,7 +111,7 @@ def target_arch() -> str:
             if isinstance(cc, str) and re.fullmatch(r"\d+\.\d+", cc):
                 major, minor = cc.split(".")
                 return f"sm_{major}{minor}"
-            if isinstance(cc, (tuple, list)) and len(cc) == 2:
+            if isinstance(cc, (tuple, list)) and len(cc) == 2 and int(cc[0]) > 0:
                 return f"sm_{int(cc[0])}{int(cc[1])}"
     except Exception as exc:  # a broken probe must not stop the kernel
         log.debug("hardware probe gave no compute capability: %s", exc)
