@@ -102,7 +102,7 @@ def _make(name: str) -> AcceptanceBackend:
     )
 
 
-def _auto() -> AcceptanceBackend:
+def _make_auto() -> AcceptanceBackend:
     from localspec.kernels._auto import AutoBackend
 
     candidates: list[AcceptanceBackend] = []
@@ -129,7 +129,7 @@ def get_backend(name: str | None = None) -> AcceptanceBackend:
     """
     choice = (name or os.environ.get("LOCALSPEC_KERNEL") or "auto").strip().lower()
     if choice == "auto":
-        return _auto()
+        return _make_auto()
     return _make(choice)
 
 
