@@ -1,27 +1,231 @@
-"""Adaptive speculation (see the drafting-policy issue): placeholder choosing the model
-drafter when loaded, else prompt lookup, at the requested γ."""
+"""Adaptive speculation: before each step, pick the drafter and γ that maximise expected
+tokens per second, from what this engine has measured on this machine.
+
+Expected tokens of a step drafting k tokens: 1 + Σ_{j=1..k} Π_{i<=j} r_i, where r_i is the
+estimated conditional acceptance at position i (accepted at i / steps that reached i),
+kept per drafter as decayed counts on a Beta prior. Expected time: the drafter's decode
+cost (a linear model t(n) = a + s·(n-1) fitted to its own decode calls, including the
+catch-up batch after steps that did not use it) + the target's verify cost for k+1 tokens
+(the same kind of model fitted to verify calls) + the measured per-step overhead. Plain
+decoding (k = 0) is always a candidate, so on hardware where drafting does not pay the
+policy settles on it; every `probe_every` steps without the model drafter it drafts one
+or two tokens to notice when the text has become predictable again.
+
+Cost models persist in the engine across requests (they describe the hardware);
+acceptance estimates carry over with reduced weight so a new request adapts quickly.
+"""
 
 from __future__ import annotations
 
-from localspec.engine.drafting import Drafter, ModelDrafter
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from localspec.engine.drafting import Drafter, ModelDrafter, NoDrafter
 from localspec.engine.ngram import PromptLookupDrafter
 from localspec.types import SamplingParams
 
+DECAY = 0.97
+"""Per-observation decay of acceptance counts (≈ the last 30 steps matter)."""
+CARRY_OVER = 0.3
+"""Weight kept from earlier requests' acceptance counts."""
+PRIOR_WEIGHT = 2.0
+PRIORS = {"model": 0.7, "ngram": 0.5}
+
+
+@dataclass
+class LinearCost:
+    """Decayed least squares fit of seconds = a + s·(n - 1) over (n tokens, seconds) points."""
+
+    decay: float = 0.98
+    sw: float = 0.0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+    default_slope_ratio: float = 0.25
+    """Slope as a share of `a` until two batch sizes have been seen (CPU-like, cautious)."""
+
+    def observe(self, n: int, seconds: float) -> None:
+        """Add one measured call."""
+        d, x = self.decay, float(n - 1)
+        self.sw = self.sw * d + 1.0
+        self.sx = self.sx * d + x
+        self.sy = self.sy * d + seconds
+        self.sxx = self.sxx * d + x * x
+        self.sxy = self.sxy * d + x * seconds
+
+    @property
+    def known(self) -> bool:
+        """True once anything was measured."""
+        return self.sw > 0
+
+    def predict(self, n: int) -> float:
+        """Seconds for a call of n tokens (0 before any measurement)."""
+        if self.sw <= 0:
+            return 0.0
+        var = self.sxx / self.sw - (self.sx / self.sw) ** 2
+        if var > 1e-6:
+            slope = (self.sxy / self.sw - self.sx * self.sy / self.sw**2) / var
+            a = self.sy / self.sw - slope * self.sx / self.sw
+            slope = max(slope, 0.0)
+            a = max(a, 1e-6)
+        else:
+            mean_x = self.sx / self.sw
+            a = (self.sy / self.sw) / (1.0 + self.default_slope_ratio * mean_x)
+            slope = self.default_slope_ratio * a
+        return a + slope * (n - 1)
+
+
+@dataclass
+class Acceptance:
+    """Decayed per-position counts: reached[i] steps tested position i, accepted[i] passed."""
+
+    prior: float
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
+
+    def observe(self, k: int, num_accepted: int) -> None:
+        """A step drafted k tokens and the first num_accepted passed."""
+        for lst in (self.reached, self.accepted):
+            lst[:] = [v * DECAY for v in lst]
+            if len(lst) < k:
+                lst.extend([0.0] * (k - len(lst)))
+        for i in range(min(k, num_accepted + 1)):
+            self.reached[i] += 1.0
+        for i in range(num_accepted):
+            self.accepted[i] += 1.0
+
+    def rate(self, i: int) -> float:
+        """Estimated conditional acceptance at position i (posterior mean)."""
+        r = self.reached[i] if i < len(self.reached) else 0.0
+        a = self.accepted[i] if i < len(self.accepted) else 0.0
+        if r <= 0 and i > 0:
+            return self.rate(i - 1)
+        return (a + PRIOR_WEIGHT * self.prior) / (r + PRIOR_WEIGHT)
+
+    def expected_tokens(self, k: int) -> float:
+        """1 + expected accepted drafts out of k."""
+        total, run = 1.0, 1.0
+        for i in range(k):
+            run *= self.rate(i)
+            total += run
+        return total
+
+    def carried(self) -> Acceptance:
+        """A copy with reduced weight, for the next request."""
+        return Acceptance(self.prior, [v * CARRY_OVER for v in self.reached], [v * CARRY_OVER for v in self.accepted])
+
+
+@dataclass
+class PolicyState:
+    """What the engine remembers between requests (one per sampling mode: greedy / sampled)."""
+
+    verify: LinearCost = field(default_factory=LinearCost)
+    draft: LinearCost = field(default_factory=LinearCost)
+    ngram_cost: float = 0.0
+    overhead: float = 0.0
+    acceptance: dict[str, Acceptance] = field(
+        default_factory=lambda: {name: Acceptance(p) for name, p in PRIORS.items()}
+    )
+
 
 class AdaptivePolicy:
-    """Chooses drafter and γ per step."""
+    """Chooses (drafter, γ) per step to maximise expected tokens per second."""
+
+    name = "adaptive"
 
     def __init__(
-        self, model: ModelDrafter | None, ngram: PromptLookupDrafter, gamma: int, params: SamplingParams
+        self,
+        model: ModelDrafter | None,
+        ngram: PromptLookupDrafter,
+        gamma: int,
+        params: SamplingParams,
+        state: PolicyState | None = None,
+        probe_every: int = 24,
     ) -> None:
-        self.model, self.ngram, self.gamma = model, ngram, gamma
+        self.model, self.ngram, self.max_gamma = model, ngram, gamma
+        self.none = NoDrafter()
         self.drafters: list[Drafter] = [d for d in (model, ngram) if d is not None]
-        self.name = "adaptive"
+        self.state = state if state is not None else PolicyState()
+        self.state.acceptance = {k: v.carried() for k, v in self.state.acceptance.items()}
+        self.probe_every = probe_every
+        self._since_model = 0
+        self._context: Sequence[int] = ()
+        self.last_choice = "none"
+
+    def bind(self, context: Sequence[int]) -> None:
+        """The committed context the policy may read (n-gram matches)."""
+        self._context = context
+
+    def _step_time(self, drafter: str, k: int) -> float:
+        s = self.state
+        t = s.verify.predict(k + 1) + s.overhead
+        if drafter == "model" and k > 0 and self.model is not None:
+            lag = max(1, len(self._context) - self.model.backend.n_past)
+            t += s.draft.predict(lag) + (k - 1) * s.draft.predict(1)
+        elif drafter == "ngram":
+            t += s.ngram_cost
+        return t
+
+    def _score(self, drafter: str, k: int) -> float:
+        tokens = 1.0 if k == 0 else self.state.acceptance[drafter].expected_tokens(k)
+        t = self._step_time(drafter, k)
+        return tokens / t if t > 0 else 0.0
 
     def choose(self, k_cap: int) -> tuple[Drafter, int]:
-        """Model drafter if loaded, else n-gram; γ capped."""
-        d: Drafter = self.model if self.model is not None else self.ngram
-        return d, max(0, min(self.gamma, k_cap))
+        """The best (drafter, k) by expected tokens per second; k <= k_cap."""
+        k_cap = min(k_cap, self.max_gamma)
+        s = self.state
+        if k_cap <= 0 or not s.verify.known:
+            return self._pick("none", 0)
+        model_ok = self.model is not None
+        if model_ok and not s.draft.known:
+            return self._pick("model", min(2, k_cap))  # measure the drafter once
+        best, best_score = ("none", 0), self._score("none", 0)
+        if model_ok:
+            for k in range(1, k_cap + 1):
+                sc = self._score("model", k)
+                if sc > best_score:
+                    best, best_score = ("model", k), sc
+        match = len(self.ngram.lookup(self._context, k_cap)) if self._context else 0
+        for k in range(1, match + 1):
+            sc = self._score("ngram", k)
+            if sc > best_score:
+                best, best_score = ("ngram", k), sc
+        if model_ok and best[0] != "model" and self._since_model >= self.probe_every:
+            best = ("model", min(2, k_cap))  # re-probe: the text may have become predictable
+        return self._pick(*best)
+
+    def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
+        self.last_choice = name
+        if name == "model" and self.model is not None:
+            return self.model, k
+        if name == "ngram":
+            return self.ngram, k
+        return self.none, 0
 
     def observe(self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float) -> None:
-        """Not yet learning."""
+        """Update costs and acceptance from the finished step."""
+        s = self.state
+        s.verify.observe(k + 1, t_verify_s)
+        if drafter == "model" and self.model is not None:
+            for n, sec in self.model.decode_log:
+                s.draft.observe(n, sec)
+            self._since_model = 0
+        else:
+            self._since_model += 1
+        if drafter == "ngram":
+            s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
+        if k > 0 and drafter in s.acceptance:
+            s.acceptance[drafter].observe(k, num_accepted)
+
+    def observe_overhead(self, seconds: float) -> None:
+        """Per-step time outside draft and verify (acceptance, detokenizing, bookkeeping)."""
+        s = self.state
+        s.overhead = 0.9 * s.overhead + 0.1 * seconds if s.overhead else seconds
+
+
+def fresh_state(template: PolicyState | None = None) -> PolicyState:
+    """A copy of `template` (or a new state)."""
+    return copy.deepcopy(template) if template is not None else PolicyState()

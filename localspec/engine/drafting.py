@@ -91,6 +91,8 @@ class ModelDrafter:
         self.n_vocab = n_vocab or backend.n_vocab
         """Columns shared with the target (ids beyond are padding and never proposed)."""
         self._rows = np.empty((MAX_GAMMA, self.n_vocab), dtype=np.float32)
+        self.decode_log: list[tuple[int, float]] = []
+        """(tokens, seconds) of each decode call of the last proposal (for cost models)."""
 
     def begin(self, context: Sequence[int]) -> None:
         """Reuse the cached prefix and evaluate the rest of the prompt but its last token."""
@@ -108,9 +110,14 @@ class ModelDrafter:
             return EMPTY
         k = min(k, MAX_GAMMA)
         b = self.backend
+        log = self.decode_log
+        log.clear()
         if b.n_past >= len(context):
             b.truncate(len(context) - 1)
-        row = b.decode(context[b.n_past :])[-1, : self.n_vocab]  # [V] view
+        t0 = b.t_decode_s
+        pending = context[b.n_past :]
+        row = b.decode(pending)[-1, : self.n_vocab]  # [V] view
+        log.append((len(pending), b.t_decode_s - t0))
         tokens: list[int] = []
         for i in range(k):
             if params.greedy:
@@ -128,7 +135,9 @@ class ModelDrafter:
                 self._rows[i] = row  # the one copy: the next decode overwrites `row`
             tokens.append(tok)
             if i + 1 < k:
+                t0 = b.t_decode_s
                 row = b.decode([tok])[-1, : self.n_vocab]
+                log.append((1, b.t_decode_s - t0))
         logits = None if params.greedy or not tokens else self._rows[: len(tokens)]
         return DraftProposal(tuple(tokens), logits, self.name)
 

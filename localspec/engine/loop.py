@@ -22,6 +22,7 @@ import numpy as np
 
 from localspec.engine import cache
 from localspec.engine.acceptance import Acceptor
+from localspec.engine.adaptive import AdaptivePolicy, PolicyState
 from localspec.engine.backend import ModelBackend
 from localspec.engine.chat import render_chat
 from localspec.engine.drafting import MAX_GAMMA, Drafter, ModelDrafter, NoDrafter
@@ -89,6 +90,8 @@ class Engine:
         self._cancel = threading.Event()
         self._stats = SpecStats(kernel=self._acceptor.name)
         self._totals = SpecStats(kernel=self._acceptor.name)
+        self._policy_states: dict[bool, PolicyState] = {}
+        """Adaptive policy memory (costs, acceptance) per sampling mode (greedy or not)."""
 
     # -- public API -----------------------------------------------------------------
     @property
@@ -158,9 +161,8 @@ class Engine:
         if kind == "ngram":
             return FixedPolicy(self._ngram, gamma)
         if kind == "adaptive":
-            from localspec.engine.adaptive import AdaptivePolicy
-
-            return AdaptivePolicy(self._model_drafter, self._ngram, gamma, p.params)
+            state = self._policy_states.setdefault(p.params.greedy, PolicyState())
+            return AdaptivePolicy(self._model_drafter, self._ngram, gamma, p.params, state)
         return FixedPolicy(NoDrafter(), 0)
 
     def _run(self, p: Prepared, wait: bool) -> Iterator[TokenEvent]:
@@ -184,6 +186,7 @@ class Engine:
         drafters: list[Drafter] = policy.drafters
         for d in drafters:
             d.begin(context)
+        policy.bind(context)
         t_start = time.perf_counter()
         stats.t_prefill_s = t_start - t0
         dec_t0 = target.t_decode_s
@@ -227,7 +230,8 @@ class Engine:
                 d.observe(context)
             k_used = len(proposal.tokens)
             stats.observe_step(k_used, result.num_accepted, tv - ts, ta - tv, te - ta, proposal.drafter if k_used else "none")
-            policy.observe(proposal.drafter, k_used, result.num_accepted, tv - ts, ta - tv)
+            policy.observe(proposal.drafter if k_used else "none", k_used, result.num_accepted, tv - ts, ta - tv)
+            policy.observe_overhead(time.perf_counter() - ta)
             if self.check_invariants:
                 cache.check_invariants(
                     target, self._model_drafter if self._model_drafter in drafters else NoDrafter(), context,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from localspec.engine.drafting import Drafter
@@ -13,6 +14,10 @@ class DraftPolicy(Protocol):
     name: str
     drafters: list[Drafter]
     """Every drafter this policy may use (they follow the context)."""
+
+    def bind(self, context: Sequence[int]) -> None:
+        """The committed context (a list the loop extends in place), for policies that read it."""
+        ...
 
     def choose(self, k_cap: int) -> tuple[Drafter, int]:
         """The drafter and draft length (<= k_cap) for the next step."""
@@ -33,6 +38,12 @@ class FixedPolicy:
         self.gamma = gamma
         self.drafters = [drafter]
         self.name = f"{drafter.name}" if drafter.name == "none" else f"{drafter.name}(γ={gamma})"
+
+    def bind(self, context: Sequence[int]) -> None:
+        """A fixed policy reads nothing."""
+
+    def observe_overhead(self, seconds: float) -> None:
+        """A fixed policy learns nothing."""
 
     def choose(self, k_cap: int) -> tuple[Drafter, int]:
         """(drafter, min(γ, k_cap))."""

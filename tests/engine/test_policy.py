@@ -1,0 +1,156 @@
+"""Drafting policies: the adaptive choice on synthetic costs, the n-gram matcher, p_min."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localspec.engine.adaptive import Acceptance, AdaptivePolicy, LinearCost, PolicyState
+from localspec.engine.drafting import ModelDrafter
+from localspec.engine.fake import FakeBackend
+from localspec.engine.ngram import PromptLookupDrafter
+from localspec.types import SamplingParams
+
+GREEDY = SamplingParams()
+
+
+def _state(t1: float, slope: float, draft_per_token: float, alpha: float, weight: float = 200) -> PolicyState:
+    """Costs from a known linear model and acceptance α at every position."""
+    s = PolicyState()
+    for n in (1, 3, 5, 9):
+        s.verify.observe(n, t1 + slope * (n - 1))
+        s.draft.observe(n, draft_per_token * (1 + 0.1 * (n - 1)))
+    for name in ("model", "ngram"):
+        acc = Acceptance(alpha)
+        acc.reached = [weight] * 16
+        acc.accepted = [weight * alpha] * 16
+        s.acceptance[name] = acc
+    return s
+
+
+def _policy(state: PolicyState, context: list[int] | None = None, probe_every: int = 1000) -> AdaptivePolicy:
+    drafter = ModelDrafter(FakeBackend())
+    p = AdaptivePolicy(drafter, PromptLookupDrafter(), 8, GREEDY, state, probe_every=probe_every)
+    ctx = context if context is not None else [1, 2, 3]
+    drafter.backend.tokens = list(ctx[:-1])  # drafter in sync: lag 1
+    p.bind(ctx)
+    # undo the carry-over shrink so the synthetic estimates hold exactly
+    for name, acc in state.acceptance.items():
+        acc.reached = [v / 0.3 for v in acc.reached]
+        acc.accepted = [v / 0.3 for v in acc.accepted]
+    return p
+
+
+def test_linear_cost_recovers_its_model() -> None:
+    c = LinearCost()
+    for n in (1, 2, 5, 9, 1, 5):
+        c.observe(n, 0.077 + 0.024 * (n - 1))
+    assert c.predict(1) == pytest.approx(0.077, rel=1e-6)
+    assert c.predict(17) == pytest.approx(0.077 + 0.024 * 16, rel=1e-6)
+
+
+def test_expected_tokens_matches_theory() -> None:
+    acc = Acceptance(0.8)
+    acc.reached, acc.accepted = [1e6] * 8, [0.8e6] * 8
+    alpha, g = 0.8, 4
+    assert acc.expected_tokens(g) == pytest.approx((1 - alpha ** (g + 1)) / (1 - alpha), rel=1e-4)
+
+
+def test_cpu_regime_picks_plain_decoding() -> None:
+    """c·γ + b(γ) > expected tokens for every γ: the policy must choose γ = 0."""
+    # this machine: 77 ms per token, +24 ms per extra verify token, drafter 44 ms/token, α = 0.6
+    p = _policy(_state(0.077, 0.024, 0.044, 0.6))
+    for k in range(1, 9):
+        c, b = 0.044 / 0.077, (0.077 + 0.024 * k) / 0.077
+        assert c * k + b > (1 - 0.6 ** (k + 1)) / (1 - 0.6)  # the premise
+    drafter, k = p.choose(8)
+    assert k == 0 and drafter.name == "none"
+
+
+def test_gpu_regime_picks_long_drafts() -> None:
+    """Verify batches nearly free and a cheap drafter with α = 0.85: speculate deeply."""
+    p = _policy(_state(0.020, 0.0003, 0.002, 0.85))
+    drafter, k = p.choose(8)
+    assert drafter.name == "model" and k >= 5
+
+
+def test_ngram_chosen_when_the_context_repeats() -> None:
+    context = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]
+    state = _state(0.077, 0.024, 0.044, 0.6)
+    state.acceptance["ngram"].accepted = [200 * 0.95] * 16
+    state.ngram_cost = 1e-5
+    p = _policy(state, context)
+    p.ngram.begin(context)
+    drafter, k = p.choose(8)
+    assert drafter.name == "ngram" and 1 <= k <= 8
+
+
+def test_reprobe_after_a_streak_without_the_model() -> None:
+    p = _policy(_state(0.077, 0.024, 0.044, 0.6), probe_every=3)
+    for _ in range(3):
+        d, k = p.choose(8)
+        assert k == 0
+        p.observe("none", 0, 0, 0.0, 0.077)
+    d, k = p.choose(8)
+    assert d.name == "model" and 1 <= k <= 2
+
+
+class TestPromptLookup:
+    def test_longest_match_first_most_recent(self) -> None:
+        d = PromptLookupDrafter(n_min=1, n_max=3)
+        ctx = [1, 2, 3, 9, 2, 3, 4, 5, 1, 2, 3]
+        d.begin(ctx)
+        # suffix (1,2,3) occurs at 0..2 followed by 9; (2,3) occurs later followed by 4
+        assert d.lookup(ctx, 4) == (9, 2, 3, 4)
+
+    def test_falls_back_to_shorter_ngrams(self) -> None:
+        d = PromptLookupDrafter(n_min=1, n_max=3)
+        ctx = [7, 8, 4, 5, 6, 1, 8]
+        d.begin(ctx)
+        assert d.lookup(ctx, 3) == (4, 5, 6)
+
+    def test_no_match_gives_nothing(self) -> None:
+        d = PromptLookupDrafter(n_min=2, n_max=3)
+        ctx = [1, 2, 3, 4]
+        d.begin(ctx)
+        assert d.lookup(ctx, 5) == ()
+        assert d.propose(ctx, 5, GREEDY, np.random.default_rng()).tokens == ()
+
+    def test_index_grows_incrementally(self) -> None:
+        d = PromptLookupDrafter(n_min=2, n_max=2)
+        ctx = [1, 2, 3]
+        d.begin(ctx)
+        assert d.lookup(ctx, 2) == ()
+        ctx += [4, 1, 2]
+        d.observe(ctx)
+        assert d.lookup(ctx, 2) == (3, 4)
+        assert len(d._index) == 4  # (1,2) (2,3) (3,4) (4,1): each n-gram indexed once
+
+    def test_observe_indexes_only_new_positions(self) -> None:
+        """No rescans: each observe touches only the new tokens (count the index writes)."""
+        d = PromptLookupDrafter(n_min=2, n_max=4)
+        ctx = list(np.random.default_rng(0).integers(0, 50, size=5000))
+        d.begin(ctx[:1000])
+        writes = {"n": 0}
+        real = d._index
+
+        class Counting(dict):  # type: ignore[type-arg]
+            def __setitem__(self, key, value):  # type: ignore[no-untyped-def]
+                writes["n"] += 1
+                super().__setitem__(key, value)
+
+        d._index = Counting(real)
+        for end in range(1003, 5000, 3):
+            d.observe(ctx[:end])
+        assert writes["n"] <= 3 * (5000 - 1000)  # 3 n-gram sizes per new position, nothing more
+
+
+def test_p_min_stops_drafting_on_low_confidence() -> None:
+    low = ModelDrafter(FakeBackend(confidence=0.5, noise=1.0))
+    high = ModelDrafter(FakeBackend(confidence=20.0, noise=0.1))
+    ctx = list(b"Hello! I am")
+    for d in (low, high):
+        d.begin(ctx)
+    rng = np.random.default_rng(0)
+    assert low.propose(ctx, 6, GREEDY, rng, p_min=0.9).tokens == ()
+    assert len(high.propose(ctx, 6, GREEDY, rng, p_min=0.9).tokens) == 6
