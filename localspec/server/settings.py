@@ -6,7 +6,7 @@ settings cover only the HTTP side. Every field's description doubles as CLI help
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from localspec.types import DRAFTER_KINDS
@@ -44,6 +44,13 @@ class ServerSettings(BaseSettings):
         "adaptive", description=f"Drafting policy when a request gives none: one of {', '.join(DRAFTER_KINDS)}."
     )
     retry_after_s: int = Field(1, ge=0, description="Retry-After seconds sent with a 429 (queue full).")
+
+    @field_validator("default_drafter")
+    @classmethod
+    def _check_drafter(cls, value: str) -> str:
+        if value not in DRAFTER_KINDS:
+            raise ValueError(f"default_drafter must be one of {', '.join(DRAFTER_KINDS)}, got {value!r}")
+        return value
 
     @property
     def api_key_value(self) -> str | None:
