@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 from textual import on, work
@@ -21,6 +22,9 @@ from localspec.tui.screens.models import ModelsScreen
 from localspec.tui.settings import ChatSettings, TuiSettings
 
 log = logging.getLogger(__name__)
+
+QUIT_WAIT_S = 10.0
+"""Longest wait at quit for a cancelled generation to reach its next step boundary."""
 
 
 def describe_pair(target: ModelSpec, draft: ModelSpec | None) -> str:
@@ -164,8 +168,14 @@ class LocalSpecApp(App[None]):
     def on_unmount(self) -> None:
         self.stop_background_work()
         engine = self.engine
-        if engine is not None and id(engine) in self._owned:
-            engine.close()  # waits for the cancelled step to end, then frees the models
+        if engine is None:
+            return
+        # Wait (bounded) for the cancelled step to end so nothing is mid-decode at exit.
+        deadline = time.monotonic() + QUIT_WAIT_S
+        while engine.busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if id(engine) in self._owned:
+            engine.close()
 
 
 def make_app(engine: Engine | None = None, settings: TuiSettings | None = None) -> LocalSpecApp:

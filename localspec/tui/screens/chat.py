@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
-from textual.worker import Worker, get_current_worker
+from textual.worker import get_current_worker
 
 from localspec.errors import LocalSpecError
 from localspec.tui.messages import GenerationFailed, GenerationFinished, TokensStreamed
@@ -238,18 +238,10 @@ class ChatScreen(Screen[None]):
             engine.cancel()
         self.workers.cancel_group(self, "generation")
 
-    def _generation_worker(self) -> Worker[None] | None:
-        for w in self.workers:
-            if w.group == "generation" and w.node is self and not w.is_finished:
-                return w
-        return None
-
     async def action_new_chat(self) -> None:
-        """Forget the conversation (stops a running reply first)."""
+        """Forget the conversation (stops a running reply first; its late messages find no
+        reply box and are dropped)."""
         self.action_stop()
-        worker = self._generation_worker()
-        if worker is not None:
-            await worker.wait()
         self.history.clear()
         self.reply = None
         await self.query_one(Transcript).clear()

@@ -62,6 +62,8 @@ class ModelsScreen(Screen[None]):
         """Option id -> entry of the target list."""
         self.drafters: dict[str, str] = {}
         """Option id -> drafter path (or catalog id with a "cat:" prefix)."""
+        self.drafters_for: TargetEntry | None = None
+        """The target the drafter list was made for."""
         self.added: list[str] = []
         """GGUF paths added on this screen or given at start (`TuiSettings.added_paths`)."""
 
@@ -207,9 +209,12 @@ class ModelsScreen(Screen[None]):
             self.app.call_from_thread(self.show_status, str(exc), True)
             return
         if not worker.is_cancelled:
-            self.app.call_from_thread(self._fill_drafters, local_choices, cat_ids)
+            self.app.call_from_thread(self._fill_drafters, entry, local_choices, cat_ids)
 
-    def _fill_drafters(self, local_choices: list[DrafterChoice], cat_ids: list[str]) -> None:
+    def _fill_drafters(self, entry: TargetEntry, local_choices: list[DrafterChoice], cat_ids: list[str]) -> None:
+        if entry != self.selected_target():
+            return  # the user moved on; a newer worker fills the list
+        self.drafters_for = entry
         self.drafters = {NO_DRAFTER: ""}
         options = [Option(_row("none", "plain / n-gram drafting only"), id=NO_DRAFTER)]
         for i, d in enumerate(local_choices):

@@ -1,0 +1,67 @@
+"""What the models screen offers: local files, drafters judged on real GGUF headers, catalog fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localspec.errors import ModelNotFoundError
+from localspec.tui import choices
+
+
+@pytest.mark.models
+def test_local_models_lists_store_files_and_added_paths(smollm2_path: Path, tmp_path: Path) -> None:
+    link = tmp_path / "copy-of-smol.gguf"
+    link.symlink_to(smollm2_path)
+    found = choices.local_models([str(tmp_path / "missing.gguf")])
+    labels = {m.label for m in found}
+    assert "smollm2-135m-instruct-q4_1" in labels
+    assert not any("header" in m.label for m in found)  # header-only parts cannot load
+    assert all(m.origin == "store" for m in found)
+    # an added path naming a file already listed is not listed twice
+    assert len(choices.local_models([str(link)])) == len(found)
+
+
+def test_added_model_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="not found"):
+        choices.added_model(str(tmp_path / "nope.gguf"))
+
+
+@pytest.mark.models
+def test_drafter_choices_puts_compatible_first_with_reasons(
+    qwen_target_path: Path, qwen_draft_path: Path, smollm2_path: Path
+) -> None:
+    cands = [choices.LocalModel(str(p), p.name, "store", p.stat().st_size)
+             for p in (smollm2_path, qwen_target_path, qwen_draft_path)]
+    ranked = choices.drafter_choices(str(qwen_target_path), cands)
+    assert [d.model.path for d in ranked if d.compatible] == [str(qwen_draft_path), str(qwen_target_path)]
+    smol = ranked[-1]
+    assert smol.model.path == str(smollm2_path) and not smol.compatible
+    assert any("vocabulary size" in p or "BOS" in p for p in smol.problems)
+
+
+def test_catalog_choices_respect_the_budget() -> None:
+    from localspec.catalog import load_catalog
+
+    catalog = load_catalog()
+    small = choices.catalog_choices(catalog, 2 << 30, "RAM", 4096)
+    large = choices.catalog_choices(catalog, 64 << 30, "RAM", 4096)
+    assert small and len(large) > len(small)
+    for c in small:
+        model = catalog.model(c.model_id)
+        for q in c.quants:
+            f = model.file_for(q)
+            assert choices.fits_budget(f.size, model.kv_bytes(min(4096, model.n_ctx_train)), 2 << 30)
+    assert "fits RAM" in small[0].reason
+
+
+def test_catalog_drafters_share_the_target_tokenizer() -> None:
+    from localspec.catalog import load_catalog
+
+    catalog = load_catalog()
+    target = next(m for m in catalog.models if m.id == "qwen2.5-coder-7b-instruct")
+    ids = choices.catalog_drafters(catalog, target.id)
+    assert "qwen2.5-coder-0.5b-instruct" in ids
+    assert all(not catalog.pair_problems(target, catalog.model(i)) for i in ids)
+    assert not any(i.startswith("smollm2") for i in ids)
