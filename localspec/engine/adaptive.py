@@ -30,7 +30,8 @@ DECAY = 0.97
 CARRY_OVER = 0.3
 """Weight kept from earlier requests' acceptance counts."""
 PRIOR_WEIGHT = 2.0
-PRIORS = {"model": 0.7, "ngram": 0.5}
+PRIORS = {"model": 0.7, "ngram2": 0.35, "ngram3": 0.5, "ngram4": 0.65}
+"""Prior per-position acceptance; n-gram drafts are tracked by matched suffix length."""
 
 
 @dataclass
@@ -158,13 +159,16 @@ class AdaptivePolicy:
         """The committed context the policy may read (n-gram matches)."""
         self._context = context
 
+    def _ngram_key(self, n: int) -> str:
+        return f"ngram{min(max(n, 2), 4)}"
+
     def _step_time(self, drafter: str, k: int) -> float:
         s = self.state
         t = s.verify.predict(k + 1) + s.overhead
         if drafter == "model" and k > 0 and self.model is not None:
             lag = max(1, len(self._context) - self.model.backend.n_past)
             t += s.draft.predict(lag) + (k - 1) * s.draft.predict(1)
-        elif drafter == "ngram":
+        elif drafter.startswith("ngram"):
             t += s.ngram_cost
         return t
 
@@ -188,9 +192,10 @@ class AdaptivePolicy:
                 sc = self._score("model", k)
                 if sc > best_score:
                     best, best_score = ("model", k), sc
-        match = len(self.ngram.lookup(self._context, k_cap)) if self._context else 0
-        for k in range(1, match + 1):
-            sc = self._score("ngram", k)
+        cont, n = self.ngram.match(self._context, k_cap) if self._context else ((), 0)
+        key = self._ngram_key(n)
+        for k in range(1, len(cont) + 1):
+            sc = self._score(key, k)
             if sc > best_score:
                 best, best_score = ("ngram", k), sc
         if model_ok and best[0] != "model" and self._since_model >= self.probe_every:
@@ -217,8 +222,9 @@ class AdaptivePolicy:
             self._since_model += 1
         if drafter == "ngram":
             s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
-        if k > 0 and drafter in s.acceptance:
-            s.acceptance[drafter].observe(k, num_accepted)
+        key = self._ngram_key(self.ngram.last_match) if drafter == "ngram" else drafter
+        if k > 0 and key in s.acceptance:
+            s.acceptance[key].observe(k, num_accepted)
 
     def observe_overhead(self, seconds: float) -> None:
         """Per-step time outside draft and verify (acceptance, detokenizing, bookkeeping)."""

@@ -26,6 +26,8 @@ class PromptLookupDrafter:
         self._tokens: list[int] = []
         self._indexed = 0
         """Ends j < _indexed are in the index."""
+        self.last_match = 0
+        """Matched suffix length of the last proposal."""
 
     def begin(self, context: Sequence[int]) -> None:
         """Start a new request: index its prompt."""
@@ -55,12 +57,17 @@ class PromptLookupDrafter:
 
     def lookup(self, context: Sequence[int], k: int) -> tuple[int, ...]:
         """The continuation (<= k tokens) of the longest matching suffix, or ()."""
+        return self.match(context, k)[0]
+
+    def match(self, context: Sequence[int], k: int) -> tuple[tuple[int, ...], int]:
+        """(continuation of <= k tokens, length n of the matched suffix); ((), 0) if none.
+        Longer matches predict better, so the adaptive policy keeps statistics per n."""
         L = len(context)
         for n in range(min(self.n_max, L), self.n_min - 1, -1):
             j = self._index.get(tuple(context[L - n :]))
             if j is not None and j < L:
-                return tuple(context[j : min(j + k, L)])
-        return ()
+                return tuple(context[j : min(j + k, L)]), n
+        return (), 0
 
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
@@ -70,5 +77,6 @@ class PromptLookupDrafter:
             return EMPTY
         if len(context) != len(self._tokens):
             self.observe(context)
-        tokens = self.lookup(context, k)
+        tokens, n = self.match(context, k)
+        self.last_match = n
         return DraftProposal(tokens, None, self.name) if tokens else EMPTY

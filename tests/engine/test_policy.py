@@ -20,7 +20,7 @@ def _state(t1: float, slope: float, draft_per_token: float, alpha: float, weight
     for n in (1, 3, 5, 9):
         s.verify.observe(n, t1 + slope * (n - 1))
         s.draft.observe(n, draft_per_token * (1 + 0.1 * (n - 1)))
-    for name in ("model", "ngram"):
+    for name in ("model", "ngram2", "ngram3", "ngram4"):
         acc = Acceptance(alpha)
         acc.reached = [weight] * 16
         acc.accepted = [weight * alpha] * 16
@@ -77,7 +77,7 @@ def test_gpu_regime_picks_long_drafts() -> None:
 def test_ngram_chosen_when_the_context_repeats() -> None:
     context = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]
     state = _state(0.077, 0.024, 0.044, 0.6)
-    state.acceptance["ngram"].accepted = [200 * 0.95] * 16
+    state.acceptance["ngram3"].accepted = [200 * 0.95] * 16
     state.ngram_cost = 1e-5
     p = _policy(state, context)
     p.ngram.begin(context)
