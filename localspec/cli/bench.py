@@ -1,9 +1,151 @@
-"""CLI: `bench` commands (not built yet)."""
+"""CLI: `localspec bench` — acceptance length per domain, draft-length sweep, optimal γ."""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from localspec.cli import _options as opt
+
+BENCH_EXAMPLES = [
+    "localspec bench --categories coding,rag --gamma 1,2,4 --max-tokens 64",
+    "localspec bench --sweep --temp 0,0.8 --drafters model,ngram,adaptive --json out.json --plot out.png",
+    "localspec bench --prompts SPEED-Bench/qualitative.jsonl --prompts-per-category 10",
+]
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"give comma-separated integers, e.g. 1,2,4 (got {text!r})", param_hint=name) from None
+    if not vals or any(v < 1 or v > 16 for v in vals):
+        raise typer.BadParameter("each γ must be in 1..16 (plain decoding is always measured)", param_hint=name)
+    return tuple(sorted(set(vals)))
+
+
+def _floats(text: str, name: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"give comma-separated numbers, e.g. 0,0.8 (got {text!r})", param_hint=name) from None
+    if not vals or any(v < 0 for v in vals):
+        raise typer.BadParameter("temperatures must be >= 0", param_hint=name)
+    return tuple(dict.fromkeys(vals))
+
+
+def _names(text: str, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
+    vals = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [v for v in vals if v not in allowed]
+    if not vals or bad:
+        raise typer.BadParameter(f"choose from {', '.join(allowed)} (got {text!r})", param_hint=name)
+    return vals
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Attach the benchmark to the `bench` group as its callback (runs with no subcommand)."""
+
+    @app.callback(invoke_without_command=True)
+    def bench_run(
+        ctx: typer.Context,
+        model: str | None = opt.MODEL,
+        model_draft: str | None = opt.MODEL_DRAFT,
+        categories: Annotated[str | None, typer.Option("--categories", help="Comma-separated categories (default: all in the prompt set).")] = None,
+        prompts: Annotated[Path | None, typer.Option("--prompts", help="External prompt file: SPEED-Bench or Spec-Bench JSONL (default: the built-in set).")] = None,
+        gamma: Annotated[str, typer.Option("--gamma", help="Draft lengths to measure, comma-separated.")] = "1,2,4,8",
+        sweep: Annotated[bool, typer.Option("--sweep", help="Measure γ = 1,2,3,4,6,8 (overrides --gamma).")] = False,
+        temp: Annotated[str, typer.Option("--temp", help="Temperatures, comma-separated (0 = greedy).")] = "0",
+        max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", "--n-predict", min=1, help="Tokens per turn.")] = 128,
+        prompts_per_category: Annotated[int, typer.Option("--prompts-per-category", min=0, help="Prompts per category (0 = all).")] = 2,
+        drafters: Annotated[str, typer.Option("--drafters", help="Arms besides plain: model, ngram, adaptive (comma-separated).")] = "model",
+        json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report (every raw count and timing) here.")] = None,
+        plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: AL by category, speedup vs γ.")] = None,
+        seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed (per-turn seeds derive from it).")] = 0,
+        warmup_tokens: Annotated[int, typer.Option("--warmup-tokens", min=0, help="Warm-up tokens per drafter (not recorded).")] = 8,
+        ctx_size: int = opt.CTX,
+        threads: int | None = opt.THREADS,
+        n_gpu_layers: int = opt.NGL,
+        n_gpu_layers_draft: int = opt.NGLD,
+        kernel: str | None = opt.KERNEL,
+    ) -> None:
+        """Measure acceptance length, tok/s and speedup per category and γ; estimate α, c, b(γ) and the best γ."""
+        if ctx.invoked_subcommand is not None:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+        )
+
+        from localspec.bench.environment import environment_record
+        from localspec.bench.plot import write_plot
+        from localspec.bench.report import build_report, render_tables, write_json
+        from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
+        from localspec.engine import Engine, ModelSpec
+        from localspec.prompts import load_builtin, load_prompt_file, select
+
+        gammas = SWEEP_GAMMAS if sweep else _ints(gamma, "--gamma")
+        temps = _floats(temp, "--temp")
+        kinds = _names(drafters, ("model", "ngram", "adaptive"), "--drafters")
+        console = Console(width=None if sys.stdout.isatty() else 160)
+
+        pset = load_prompt_file(prompts) if prompts else load_builtin()
+        if pset.num_skipped_placeholder or pset.num_skipped_invalid:
+            console.print(
+                f"[yellow]{pset.path}: skipped {pset.num_skipped_placeholder} rows with placeholder turns "
+                f"and {pset.num_skipped_invalid} rows without usable turns[/yellow]"
+            )
+        cats = tuple(c.strip() for c in categories.split(",") if c.strip()) if categories else None
+        chosen = select(pset.prompts, cats, prompts_per_category or None)
+        config = BenchConfig(
+            gammas=gammas, temperatures=temps, drafters=kinds, max_tokens=max_tokens,
+            prompts_per_category=prompts_per_category or None, categories=cats, seed=seed,
+            warmup_tokens=warmup_tokens,
+        )
+
+        target_path, draft_path = opt.resolve_pair(model, model_draft)
+        if "model" in kinds and draft_path is None:
+            raise typer.BadParameter("the model drafter needs -md/--model-draft (or drop 'model' from --drafters)", param_hint="-md")
+        spec_t = ModelSpec(target_path, n_gpu_layers=n_gpu_layers, n_ctx=ctx_size, n_threads=threads, name=Path(target_path).stem)
+        spec_d = (
+            ModelSpec(draft_path, n_gpu_layers=n_gpu_layers_draft, n_ctx=ctx_size, n_threads=threads, name=Path(draft_path).stem)
+            if draft_path else None
+        )
+        console.print(
+            f"bench: {len(chosen)} prompts in {len(dict.fromkeys(p.category for p in chosen))} categories, "
+            f"arms {', '.join(a.key for a in config.arms)}, T={','.join(f'{t:g}' for t in temps)}, "
+            f"{max_tokens} tokens per turn"
+        )
+        engine = Engine(spec_t, spec_d, kernel=kernel, gamma=max(gammas))
+        try:
+            env = environment_record(
+                target_path, draft_path, kernel=engine.info.kernel, threads=threads, n_ctx=ctx_size,
+                n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+            )
+            total = planned_units(chosen, config)
+            with Progress(
+                TextColumn("[progress.description]{task.description}", table_column=None),
+                BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                console=console, transient=False,
+            ) as bar:
+                task = bar.add_task("warm-up", total=total)
+
+                def progress(n: int, label: str) -> None:
+                    bar.update(task, advance=n, description=label[:48])
+
+                run = run_bench(engine, chosen, config, progress)
+        finally:
+            engine.close()
+        params = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
+        report = build_report(run, env, command={"argv": shlex.join(sys.argv), "params": params})
+        render_tables(report, console)
+        if json_out:
+            console.print(f"JSON: {write_json(report, json_out)}")
+        if plot:
+            console.print(f"plot: {write_plot(report, plot)}")
+        if run.interrupted:
+            raise typer.Exit(130)

@@ -1,0 +1,98 @@
+"""The benchmark's summary: per temperature, per category (and "all"), per arm, plus the
+speed-model estimates and the theory-vs-measured best γ. Plain data, JSON-ready."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from localspec.bench import estimates as est
+from localspec.bench.runner import BenchConfig, Sample
+
+ALL = "all"
+"""Pseudo-category pooling every category."""
+
+
+def temp_key(t: float) -> str:
+    """JSON key of a temperature: "0", "0.8"."""
+    return f"{t:g}"
+
+
+def _per_prompt(samples: Sequence[Sample]) -> list[tuple[int, int]]:
+    acc: dict[str, list[int]] = {}
+    for s in samples:
+        row = acc.setdefault(s.question_id, [0, 0])
+        row[0] += int(s.stats["num_accepted_tokens"])
+        row[1] += int(s.stats["num_steps"])
+    return [(a, n) for a, n in acc.values()]
+
+
+def _arm_summary(samples: Sequence[Sample], plain_tps: float | None, seed: int) -> dict[str, Any]:
+    pooled = est.pool_stats(s.stats for s in samples)
+    per_prompt = _per_prompt(samples)
+    ci = est.al_bootstrap(per_prompt, seed=seed)
+    pooled.update(
+        num_prompts=len(per_prompt),
+        al_ci95=list(ci) if ci else None,
+        al_split_half_diff=est.al_split_half(per_prompt),
+        al_step_se=est.al_step_se(pooled["accepted_per_position"], pooled["num_steps"]),
+        speedup=pooled["tokens_per_s"] / plain_tps if plain_tps else None,
+    )
+    return pooled
+
+
+def _drafter_estimates(
+    arms: dict[str, dict[str, Any]], drafter: str, gammas: Sequence[int]
+) -> dict[str, Any] | None:
+    plain = arms.get("plain")
+    fixed = {g: arms[f"{drafter}@{g}"] for g in gammas if f"{drafter}@{g}" in arms}
+    if plain is None or not fixed:
+        return None
+    alpha = est.pooled_alpha(fixed.values())
+    c = est.cost_ratio(fixed.values(), plain)
+    b = {g: v for g, a in fixed.items() if (v := est.batch_cost(a, plain)) is not None}
+    measured = {"0": 1.0, **{str(g): a["speedup"] for g, a in fixed.items() if a["speedup"] is not None}}
+    best_measured = max(measured.items(), key=lambda kv: (kv[1], -int(kv[0])))
+    out: dict[str, Any] = {
+        "alpha": alpha,
+        "alpha_per_gamma": {
+            str(g): est.pooled_alpha([a]) for g, a in fixed.items()
+        },
+        "c": c,
+        "b": {str(g): v for g, v in b.items()},
+        "measured_speedup": measured,
+        "measured_best_gamma": int(best_measured[0]),
+        "measured_best_speedup": best_measured[1],
+        "theory": None,
+    }
+    if c is not None and b:
+        out["theory"] = est.theory_for(alpha, c, b, sorted(fixed))
+    return out
+
+
+def summarize(samples: Sequence[Sample], config: BenchConfig) -> dict[str, Any]:
+    """{temperature: {"categories": {cat: {"arms": {arm: pooled}, "estimates": {drafter: ...}}}}}.
+
+    `samples` should be complete groups only (BenchRun.complete_samples()).
+    """
+    out: dict[str, Any] = {}
+    arm_keys = [a.key for a in config.arms]
+    fixed_drafters = [d for d in config.drafters if d not in ("none", "adaptive")]
+    for t in config.temperatures:
+        at_t = [s for s in samples if s.temperature == t]
+        cats = list(dict.fromkeys(s.category for s in at_t))
+        block: dict[str, Any] = {}
+        for cat in [*cats, ALL] if cats else []:
+            in_cat = at_t if cat == ALL else [s for s in at_t if s.category == cat]
+            by_arm = {k: [s for s in in_cat if s.arm == k] for k in arm_keys}
+            plain = by_arm.get("plain") or []
+            plain_tps = est.pool_stats(s.stats for s in plain)["tokens_per_s"] if plain else None
+            arms = {
+                k: _arm_summary(v, plain_tps, config.seed) for k, v in by_arm.items() if v
+            }
+            estimates = {
+                d: e for d in fixed_drafters if (e := _drafter_estimates(arms, d, config.gammas)) is not None
+            }
+            block[cat] = {"arms": arms, "estimates": estimates}
+        out[temp_key(t)] = {"categories": block}
+    return out
