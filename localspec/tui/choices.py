@@ -66,7 +66,7 @@ def added_model(path: str) -> LocalModel:
     return LocalModel(str(p.resolve()), p.name, "added", p.stat().st_size)
 
 
-def local_models(added: Sequence[str] = ()) -> list[LocalModel]:
+def local_models(added: Sequence[str] = (), hf_cache_dir: str | None = None) -> list[LocalModel]:
     """Installed store models (not header-only parts), HF-cache GGUFs, then added paths."""
     from localspec.store import is_installed, offline_models
 
@@ -74,7 +74,7 @@ def local_models(added: Sequence[str] = ()) -> list[LocalModel]:
     for m in offline_models():
         if m.role != "header-only" and is_installed(m):
             found.append(LocalModel(str(m.path), m.id, "store", m.size))
-    found.extend(_hf_cache_models())
+    found.extend(hf_cache_models(hf_cache_dir))
     for path in added:
         try:
             found.append(added_model(path))
@@ -86,24 +86,14 @@ def local_models(added: Sequence[str] = ()) -> list[LocalModel]:
     return list(unique.values())
 
 
-def _hf_cache_models() -> list[LocalModel]:
-    """GGUFs in the Hugging Face cache, when localspec.download offers a listing."""
-    try:
-        from localspec import download
-    except ImportError:
-        return []
-    lister = getattr(download, "cached_ggufs", None)
-    if lister is None:
-        return []
-    out = []
-    try:
-        for item in lister():
-            path = str(getattr(item, "path", item))
-            label = str(getattr(item, "label", None) or getattr(item, "filename", None) or Path(path).name)
-            out.append(LocalModel(path, label, "hf-cache", Path(path).stat().st_size))
-    except (LocalSpecError, OSError) as exc:
-        log.warning("could not list the Hugging Face cache: %s", exc)
-    return out
+def hf_cache_models(hf_cache_dir: str | None = None) -> list[LocalModel]:
+    """GGUFs in the Hugging Face cache (listed by localspec.download)."""
+    from localspec.download import cached_ggufs
+
+    return [
+        LocalModel(str(c.path), f"{c.repo_id}/{c.filename}", "hf-cache", c.size)
+        for c in cached_ggufs(hf_cache_dir)
+    ]
 
 
 def drafter_choices(target_path: str, candidates: Sequence[LocalModel]) -> list[DrafterChoice]:
@@ -177,30 +167,23 @@ def catalog_drafters(catalog: Catalog, target_id: str) -> list[str]:
     return [m.id for m in sorted(ok, key=lambda m: m.params)]
 
 
-def local_file_for(catalog_file: CatalogFile) -> str | None:
+def local_file_for(catalog_file: CatalogFile, hf_cache_dir: str | None = None) -> str | None:
     """Where a catalog file already is on this machine (offline store or HF cache), if anywhere."""
-    offline = catalog_file.offline
-    if offline:
+    if catalog_file.offline:
         from localspec.store import is_installed, offline_model
 
         try:
-            m = offline_model(offline)
+            m = offline_model(catalog_file.offline)
         except LocalSpecError:
             m = None
         if m is not None and is_installed(m):
             return str(m.path)
-    try:
-        from localspec import download
-    except ImportError:
-        return None
-    finder = getattr(download, "cached_path", None)
-    if finder is None:
-        return None
-    try:
-        found = finder(catalog_file.repo, catalog_file.file)
-    except (LocalSpecError, OSError):
-        return None
-    return str(found) if found else None
+    from localspec.download import cached_ggufs
+
+    for c in cached_ggufs(hf_cache_dir):
+        if c.repo_id == catalog_file.repo and c.filename == catalog_file.file:
+            return str(c.path)
+    return None
 
 
 def same_file(a: str, b: str) -> bool:

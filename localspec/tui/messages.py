@@ -69,7 +69,8 @@ class DownloadProgressed(Message):
     """Bytes done of one file of a download."""
 
     key: str
-    filename: str
+    phase: str
+    """"download", "verify" (hashing) or "done"."""
     done: int
     total: int
 

@@ -51,6 +51,10 @@ class TuiSettings:
     """Load `target`/`draft` (or the default pair) at start when no engine is given."""
     added_paths: tuple[str, ...] = ()
     """Extra GGUF files to list on the models screen."""
+    hub_endpoint: str | None = None
+    """Hugging Face Hub URL for downloads (None = HF_ENDPOINT or huggingface.co)."""
+    hf_cache_dir: str | None = None
+    """HF cache to download into and list (None = the standard HF_HUB_CACHE)."""
     memory_budget_bytes: int | None = None
     """Memory a model may use when judging what fits (None = measure VRAM/RAM now)."""
     stats_interval_s: float = 0.5

@@ -23,6 +23,7 @@ from textual.worker import get_current_worker
 from localspec.errors import LocalSpecError
 from localspec.tui import choices
 from localspec.tui.choices import CatalogChoice, DrafterChoice, LocalModel
+from localspec.tui.messages import DownloadFailed, DownloadFinished
 from localspec.tui.widgets.downloads import DownloadList
 from localspec.types import ModelSpec
 
@@ -124,15 +125,16 @@ class ModelsScreen(Screen[None]):
 
     # -- scanning -------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="scan", exit_on_error=False)
-    def scan(self) -> None:
-        """List local models and catalog entries that fit (reads files: off the UI thread)."""
+    def scan(self, note: str | None = None) -> None:
+        """List local models and catalog entries that fit (reads files: off the UI thread);
+        then show `note` (else a summary) in the status line."""
         worker = get_current_worker()
         try:
             from localspec.catalog import added_paths, load_catalog
             from localspec.hardware import probe
 
             paths = [str(p) for p in added_paths()] + self.added
-            local = choices.local_models(paths)
+            local = choices.local_models(paths, self.lsapp.settings.hf_cache_dir)
             catalog = load_catalog()
             fixed = self.lsapp.settings.memory_budget_bytes
             if fixed is not None:
@@ -144,9 +146,11 @@ class ModelsScreen(Screen[None]):
             self.app.call_from_thread(self.show_status, str(exc), True)
             return
         if not worker.is_cancelled:
-            self.app.call_from_thread(self._fill_targets, local, catalog, entries)
+            self.app.call_from_thread(self._fill_targets, local, catalog, entries, note)
 
-    def _fill_targets(self, local: list[LocalModel], catalog: Catalog, entries: list[CatalogChoice]) -> None:
+    def _fill_targets(
+        self, local: list[LocalModel], catalog: Catalog, entries: list[CatalogChoice], note: str | None
+    ) -> None:
         self.local, self.catalog, self.catalog_entries = local, catalog, entries
         self.targets.clear()
         options = [Option(Text("Local files", style="bold"), disabled=True)]
@@ -171,7 +175,7 @@ class ModelsScreen(Screen[None]):
         else:
             if self.targets:
                 target_list.highlighted = target_list.get_option_index(next(iter(self.targets)))
-        self.show_status(f"{len(local)} local files, {len(entries)} catalog models fit this machine.")
+        self.show_status(note or f"{len(local)} local files, {len(entries)} catalog models fit this machine.")
 
     # -- target -> drafters -----------------------------------------------------------
     def selected_target(self) -> TargetEntry | None:
@@ -248,8 +252,7 @@ class ModelsScreen(Screen[None]):
             return
         event.input.value = ""
         self.added.append(model.path)
-        self.show_status(f"Added {model.label}.")
-        self.scan()
+        self.scan(note=f"Added {model.label}.")
 
     # -- loading ----------------------------------------------------------------------
     def _int(self, selector: str, default: int) -> int:
@@ -271,7 +274,7 @@ class ModelsScreen(Screen[None]):
         model = self.catalog.model(model_id)
         quant = self.query_one("#quant", Select).value
         file = model.file_for(str(quant)) if isinstance(quant, str) else model.files[0]
-        path = choices.local_file_for(file)
+        path = choices.local_file_for(file, self.lsapp.settings.hf_cache_dir)
         if path is None:
             raise LocalSpecError(f"{model.name} {file.quant} is not downloaded yet: press Ctrl+D to download it.")
         return path
@@ -311,7 +314,21 @@ class ModelsScreen(Screen[None]):
         model = self.catalog.model(entry.catalog.model_id)
         quant = self.query_one("#quant", Select).value
         file = model.file_for(str(quant)) if isinstance(quant, str) else model.files[0]
+        if choices.local_file_for(file, self.lsapp.settings.hf_cache_dir):
+            self.show_status(f"{file.file} is already on this machine: Ctrl+L loads it.")
+            return
+        self.show_status(f"Downloading {file.file} from {file.repo} … (✗ or Ctrl+X cancels)")
         self.query_one(DownloadList).start(file.repo, file.file, file.size)
+
+    @on(DownloadFinished)
+    def rescan_after_download(self, message: DownloadFinished) -> None:
+        """A new file: list it."""
+        self.scan(note=f"Downloaded {message.path}. Ctrl+L loads the pair.")
+
+    @on(DownloadFailed)
+    def show_download_error(self, message: DownloadFailed) -> None:
+        """Show why a download failed, in place."""
+        self.show_status(message.error, error=not message.cancelled)
 
     def action_cancel_downloads(self) -> None:
         """Cancel every running download."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import TYPE_CHECKING, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -14,7 +16,12 @@ from textual.widgets import Button, Label, ProgressBar
 from localspec.errors import DownloadCancelledError, LocalSpecError
 from localspec.tui.messages import DownloadFailed, DownloadFinished, DownloadProgressed
 
+if TYPE_CHECKING:
+    from localspec.tui.app import LocalSpecApp
+
 log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 0.1
 
 
 class DownloadRow(Horizontal):
@@ -51,13 +58,8 @@ class DownloadList(VerticalGroup):
                 return
         row = DownloadRow(key, filename, size)
         self.mount(row)
-        self.app_cancel_events().append(row.cancel_event)
+        cast("LocalSpecApp", self.app).download_cancels.append(row.cancel_event)  # set on quit
         self.run_download(row, repo, filename)
-
-    def app_cancel_events(self) -> list[threading.Event]:
-        """The app's list of cancel events (set on quit)."""
-        events: list[threading.Event] = getattr(self.app, "download_cancels", [])
-        return events
 
     def cancel_all(self) -> None:
         """Cancel every running download."""
@@ -67,13 +69,23 @@ class DownloadList(VerticalGroup):
     @work(thread=True, group="download", exit_on_error=False)
     def run_download(self, row: DownloadRow, repo: str, filename: str) -> None:
         """Run one download; progress arrives as DownloadProgressed messages."""
-        from localspec import download
+        from localspec.download import DownloadProgress, download_model
 
-        def progress(done: int, total: int) -> None:
-            self.post_message(DownloadProgressed(row.key, filename, done, total))
+        settings = cast("LocalSpecApp", self.app).settings
+        last = [0.0]
+
+        def progress(event: DownloadProgress) -> None:
+            now = time.monotonic()
+            if event.phase == "download" and now - last[0] < PROGRESS_EVERY_S:
+                return  # the bar needs a few updates a second, not one per chunk
+            last[0] = now
+            self.post_message(DownloadProgressed(row.key, event.phase, event.bytes_done, event.bytes_total or 0))
 
         try:
-            path = download.download_file(repo, filename, progress=progress, cancel=row.cancel_event)
+            path = download_model(
+                repo, filename, progress=progress, cancel=row.cancel_event,
+                endpoint=settings.hub_endpoint, cache_dir=settings.hf_cache_dir,
+            )
         except DownloadCancelledError as exc:
             self.post_message(DownloadFailed(row.key, str(exc), cancelled=True))
             return
@@ -95,6 +107,8 @@ class DownloadList(VerticalGroup):
         row = self._row(message.key)
         if row is not None:
             row.query_one(ProgressBar).update(total=message.total or None, progress=message.done)
+            if message.phase == "verify":
+                row.query_one(Label).update(f"verifying {row.filename}")
 
     @on(DownloadFinished)
     def mark_done(self, message: DownloadFinished) -> None:
