@@ -29,7 +29,15 @@ app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
 
 
-def _register_all() -> None:
+_registered = False
+
+
+def _register_all() -> typer.Typer:
+    """Attach every command module (once); returns the root app (tests drive it with CliRunner)."""
+    global _registered
+    if _registered:
+        return app
+    _registered = True
     from localspec.cli import bench, bench_kernels, doctor, generate, models, recommend, serve, tui
 
     generate.register(app)
@@ -40,6 +48,7 @@ def _register_all() -> None:
     models.register(models_app)
     bench.register(bench_app)
     bench_kernels.register(bench_app)
+    return app
 
 
 @app.callback()
@@ -58,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turn LocalSpecError into one clear line and exit code 1."""
     _register_all()
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone mode: typer/click print usage errors themselves and exit 2
+        app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except LocalSpecError as exc:
         if os.environ.get("LOCALSPEC_DEBUG"):
             raise
@@ -68,17 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return 130
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    except Exception as exc:  # click usage errors arrive here with standalone_mode=False
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            return 1
-        raise
     return 0
 
 
