@@ -73,7 +73,7 @@ class FakeBackend:
 
     def _row(self, prefix: Sequence[int]) -> npt.NDArray[np.float32]:
         pos = len(prefix)
-        row = self._noise[(pos * 31 + (prefix[-1] if prefix else 0)) % 997].copy()
+        row: npt.NDArray[np.float32] = self._noise[(pos * 31 + (prefix[-1] if prefix else 0)) % 997].copy()
         tok = self._next_byte(prefix)
         if self.error_rate > 0:
             h = ((pos + 1) * 2654435761 + self._seed * 97) % 1000 / 1000.0

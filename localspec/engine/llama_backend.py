@@ -28,7 +28,7 @@ _init_lock = threading.Lock()
 _initialized = False
 
 
-@llama_cpp.llama_log_callback
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     # llama.cpp is chatty at load; route it to logging (debug unless it is an error).
     msg = text.decode("utf-8", "replace").rstrip()

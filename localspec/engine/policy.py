@@ -29,6 +29,10 @@ class DraftPolicy(Protocol):
         """The step's outcome and costs."""
         ...
 
+    def observe_overhead(self, seconds: float) -> None:
+        """Per-step time outside draft and verify."""
+        ...
+
 
 class FixedPolicy:
     """Always the same drafter and γ (capped by the context and the token budget)."""
