@@ -196,6 +196,7 @@ class Engine:
 
         def finish(reason: str, source: TokenSource = TokenSource.PLAIN) -> TokenEvent:
             stats.finish_reason = reason
+            stats.kernel = self._acceptor.name  # auto names its choice after the first step
             stats.t_generate_s = time.perf_counter() - t_start
             stats.t_decode_target_s = target.t_decode_s - dec_t0
             if self.draft is not None:
@@ -238,6 +239,8 @@ class Engine:
                     drafted=proposal.drafter == "model", full=True,
                 )
             step += 1
+            if step == 1:
+                stats.kernel = self._acceptor.name
             # emit: accepted drafts first, then the recovered / bonus / plain token
             for i, tok in enumerate(result.tokens):
                 source = TokenSource.ACCEPTED if i < result.num_accepted else result.last_source
