@@ -90,7 +90,7 @@ def from_validation_error(exc: ValidationError | RequestValidationError) -> APIE
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _UNION_TAG.match(str(p))]
     param = ".".join(loc) or None
-    msg = first.get("msg", "invalid value")
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     where = f"{param}: " if param else ""
     return APIError(400, f"{where}{msg}{more}", param=param, code="invalid_value")

@@ -40,6 +40,8 @@ class _Failed:
 
 
 _END = object()
+_MAX_EVENTS_AFTER_CANCEL = 256
+"""A step emits at most γ+1 tokens; past this the iterator is closed instead."""
 
 
 class Generation:
@@ -92,6 +94,7 @@ class Generation:
 
     def _work(self) -> None:
         try:
+            after_cancel = 0
             for event in self._iterator:
                 if event.finish_reason is not None:
                     self.finish_reason = event.finish_reason
@@ -99,7 +102,13 @@ class Generation:
                     self.t_first_token = time.perf_counter()
                 self._put(event)
                 if self._stop.is_set():
-                    break
+                    # The engine has started (an event came), so this cancel cannot be
+                    # lost: it ends the generation at the next step with "cancelled".
+                    if after_cancel == 0:
+                        self._engine.cancel()
+                    after_cancel += 1
+                    if after_cancel > _MAX_EVENTS_AFTER_CANCEL:
+                        break
         except BaseException as exc:  # delivered to the consumer, which maps it
             self._put(_Failed(exc))
         finally:
