@@ -1,0 +1,141 @@
+"""The runner and summary on fake models: interleaving, multi-turn, seeds, Ctrl-C."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from localspec.bench.report import build_report, markdown_tables, table_rows
+from localspec.bench.runner import BenchConfig, make_arms, planned_units, run_bench
+from localspec.bench.summary import ALL, summarize
+from localspec.engine import Engine, GenerationRequest, TokenEvent
+from localspec.engine.fake import FakeBackend
+from localspec.prompts import BenchPrompt
+
+TEMPLATE = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+PROMPTS = [
+    BenchPrompt("a-1", "alpha", ("hello",)),
+    BenchPrompt("a-2", "alpha", ("first turn", "second turn")),
+    BenchPrompt("b-1", "beta", ("other",)),
+]
+
+
+class SpyEngine:
+    """Delegates to a real Engine over fakes and records every request."""
+
+    def __init__(self) -> None:
+        self.engine = Engine(
+            FakeBackend(chat_template=TEMPLATE),
+            FakeBackend(error_rate=0.25, seed=3, chat_template=TEMPLATE),
+        )
+        self.requests: list[GenerationRequest] = []
+
+    def generate(self, request: GenerationRequest) -> Iterator[TokenEvent]:
+        self.requests.append(request)
+        return self.engine.generate(request)
+
+    def stats(self) -> Any:
+        return self.engine.stats()
+
+
+CONFIG = BenchConfig(gammas=(1, 3), temperatures=(0.0, 0.8), drafters=("model", "ngram"),
+                     max_tokens=12, warmup_tokens=0)
+
+
+@pytest.fixture(scope="module")
+def spy_run() -> tuple[SpyEngine, Any]:
+    spy = SpyEngine()
+    return spy, run_bench(spy, PROMPTS, CONFIG)  # type: ignore[arg-type]
+
+
+def test_make_arms_plain_first_adaptive_once_at_max_gamma() -> None:
+    keys = [a.key for a in make_arms(["model", "ngram", "adaptive"], [1, 2, 4])]
+    assert keys == ["plain", "model@1", "model@2", "model@4", "ngram@1", "ngram@2", "ngram@4", "adaptive@4"]
+
+
+def test_run_bench_runs_every_arm_turn_and_temperature(spy_run: tuple[SpyEngine, Any]) -> None:
+    spy, run = spy_run
+    units = len(CONFIG.arms) * len(CONFIG.temperatures)
+    assert len(run.samples) == units * 4  # 4 turns in the three prompts
+    assert len(run.complete_samples()) == len(run.samples) and not run.interrupted
+    assert planned_units(PROMPTS, CONFIG) == units * 4 * 12
+
+
+def test_run_bench_interleaves_arms_per_prompt_with_rotation(spy_run: tuple[SpyEngine, Any]) -> None:
+    _, run = spy_run
+    first = [(s.temperature, s.arm) for s in run.samples if s.question_id == "a-1"]
+    second = [(s.temperature, s.arm) for s in run.samples if s.question_id == "b-1"]
+    assert first[0] == (0.0, "plain")
+    assert second[0] == first[2] and second[-1] == first[1]  # b-1 is prompt 2: rotated by 2
+
+
+def test_run_bench_multiturn_feeds_each_answer_back(spy_run: tuple[SpyEngine, Any]) -> None:
+    spy, _ = spy_run
+    second_turns = [r for r in spy.requests if r.messages and len(r.messages) == 3]
+    assert len(second_turns) == len(CONFIG.arms) * 2
+    for r in second_turns:
+        assert [m.role for m in r.messages] == ["user", "assistant", "user"]
+        assert r.messages[1].content  # the arm's own generated answer
+        assert r.messages[2].content == "second turn"
+
+
+def test_run_bench_same_seed_for_every_arm_of_a_turn(spy_run: tuple[SpyEngine, Any]) -> None:
+    _, run = spy_run
+    seeds = {(s.question_id, s.turn, s.temperature): set() for s in run.samples}
+    for s in run.samples:
+        seeds[(s.question_id, s.turn, s.temperature)].add(s.seed)
+    assert all(len(v) == 1 for v in seeds.values())
+    assert len({next(iter(v)) for v in seeds.values()}) == len(seeds)
+
+
+def test_summary_counts_add_up(spy_run: tuple[SpyEngine, Any]) -> None:
+    _, run = spy_run
+    summary = summarize(run.complete_samples(), CONFIG)
+    for temp in ("0", "0.8"):
+        cats = summary[temp]["categories"]
+        assert list(cats) == ["alpha", "beta", ALL]
+        for key, arm in cats[ALL]["arms"].items():
+            mine = [s.stats for s in run.samples if s.arm == key and f"{s.temperature:g}" == temp]
+            assert arm["num_steps"] == sum(s["num_steps"] for s in mine)
+            assert arm["num_output_tokens"] == arm["num_accepted_tokens"] + arm["num_steps"]
+            assert arm["al"] == pytest.approx(1 + arm["num_accepted_tokens"] / arm["num_steps"])
+        est = cats[ALL]["estimates"]["model"]
+        assert 0.0 < est["alpha"] <= 1.0 and est["c"] is not None and set(est["b"]) == {"1", "3"}
+        assert est["measured_best_gamma"] in (0, 1, 3)
+        assert est["theory"]["best_gamma"] in range(0, 4)
+
+
+def test_run_bench_ctrl_c_keeps_finished_generations() -> None:
+    spy = SpyEngine()
+    calls = {"n": 0}
+
+    def progress(n: int, label: str) -> None:
+        calls["n"] += n
+        if calls["n"] > 12 * 7:  # during the 8th generation
+            raise KeyboardInterrupt
+
+    run = run_bench(spy, PROMPTS, CONFIG, progress)  # type: ignore[arg-type]
+    assert run.interrupted
+    assert len(run.samples) == 7
+    assert not spy.engine.busy  # the generation in flight was closed cleanly
+    report = build_report(run, {})
+    assert report["interrupted"] and report["num_samples"] == 7
+    # a-1 at T=0 (5 arms) is complete; a-1 at T=0.8 is not, so only T=0 is summarised
+    assert report["num_complete_samples"] == 5
+    assert list(report["summary"]["0"]["categories"]) == ["alpha", ALL]
+    assert report["summary"]["0.8"]["categories"] == {}
+
+
+def test_report_tables_and_markdown_have_every_category(spy_run: tuple[SpyEngine, Any]) -> None:
+    _, run = spy_run
+    report = build_report(run, {"models": {}})
+    header, rows = table_rows(report, "0", "model")
+    assert header[:5] == ["category", "n", "plain t/s", "γ=1", "γ=3"]
+    assert [r[0] for r in rows] == ["alpha", "beta", "ALL"]
+    md = markdown_tables(report)
+    assert "### T = 0.8" in md and "| **all** |" in md and "ngram@3" in md
