@@ -8,8 +8,11 @@ cost (a linear model t(n) = a + s·(n-1) fitted to its own decode calls, includi
 catch-up batch after steps that did not use it) + the target's verify cost for k+1 tokens
 (the same kind of model fitted to verify calls) + the measured per-step overhead. Plain
 decoding (k = 0) is always a candidate, so on hardware where drafting does not pay the
-policy settles on it; every `probe_every` steps without the model drafter it drafts one
-or two tokens to notice when the text has become predictable again.
+policy settles on it; after `probe_every` steps without the model drafter it drafts one
+or two tokens to notice when the text has become predictable again, doubling the interval
+after each probe that does not win the model drafter back (a probe also pays the
+drafter's catch-up over the skipped tokens, so on a CPU frequent probes would cost more
+than they find).
 
 Cost models persist in the engine across requests (they describe the hardware);
 acceptance estimates carry over with reduced weight so a new request adapts quickly.
@@ -30,6 +33,7 @@ DECAY = 0.97
 CARRY_OVER = 0.3
 """Weight kept from earlier requests' acceptance counts."""
 PRIOR_WEIGHT = 2.0
+MAX_PROBE_INTERVAL = 512
 PRIORS = {"model": 0.7, "ngram2": 0.35, "ngram3": 0.5, "ngram4": 0.65}
 """Prior per-position acceptance; n-gram drafts are tracked by matched suffix length."""
 
@@ -126,6 +130,8 @@ class PolicyState:
     draft: LinearCost = field(default_factory=LinearCost)
     ngram_cost: float = 0.0
     overhead: float = 0.0
+    probe_interval: int = 0
+    """Steps between re-probes of the model drafter (grows while probes keep losing)."""
     acceptance: dict[str, Acceptance] = field(
         default_factory=lambda: {name: Acceptance(p) for name, p in PRIORS.items()}
     )
@@ -151,7 +157,9 @@ class AdaptivePolicy:
         self.state = state if state is not None else PolicyState()
         self.state.acceptance = {k: v.carried() for k, v in self.state.acceptance.items()}
         self.probe_every = probe_every
+        self._interval = max(probe_every, self.state.probe_interval)
         self._since_model = 0
+        self._probing = False
         self._context: Sequence[int] = ()
         self.last_choice = "none"
 
@@ -198,8 +206,15 @@ class AdaptivePolicy:
             sc = self._score(key, k)
             if sc > best_score:
                 best, best_score = ("ngram", k), sc
-        if model_ok and best[0] != "model" and self._since_model >= self.probe_every:
-            best = ("model", min(2, k_cap))  # re-probe: the text may have become predictable
+        if model_ok and best[0] != "model" and self._since_model >= self._interval:
+            # re-probe: the text may have become predictable again
+            self._probing = True
+            return self._pick("model", min(2, k_cap))
+        if self._probing:
+            self._probing = False
+            won = best[0] == "model"
+            self._interval = self.probe_every if won else min(self._interval * 2, MAX_PROBE_INTERVAL)
+            self.state.probe_interval = self._interval
         return self._pick(*best)
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:

@@ -93,6 +93,13 @@ def test_reprobe_after_a_streak_without_the_model() -> None:
         p.observe("none", 0, 0, 0.0, 0.077)
     d, k = p.choose(8)
     assert d.name == "model" and 1 <= k <= 2
+    p.observe("model", 2, 0, 0.1, 0.12)  # the probe found nothing: wait twice as long next time
+    for _ in range(6):
+        d, k = p.choose(8)
+        assert k == 0, "probed again too early"
+        p.observe("none", 0, 0, 0.0, 0.077)
+    d, k = p.choose(8)
+    assert d.name == "model"
 
 
 class TestPromptLookup:
