@@ -7,7 +7,7 @@ from __future__ import annotations
 from localspec.engine import Engine
 from localspec.engine.fake import FakeBackend
 from localspec.tui.app import LocalSpecApp, make_app
-from localspec.tui.settings import TuiSettings
+from localspec.tui.settings import ChatSettings, TuiSettings
 
 REPLY = (
     "def fib(n: int) -> int:\n"
@@ -28,7 +28,12 @@ def fake_engine(decode_delay_s: float = 0.0, error_rate: float = 0.25) -> Engine
     )
 
 
-SNAPSHOT_SETTINGS = TuiSettings(auto_load=False, snapshot=True, memory_budget_bytes=4 << 30)
+SNAPSHOT_SETTINGS = TuiSettings(
+    auto_load=False, snapshot=True, memory_budget_bytes=4 << 30, hf_cache_dir="/nonexistent/localspec-snapshot-hf-cache",
+    chat=ChatSettings(drafter="model", gamma=4),
+)
+"""Fixed inputs: no timings, a fixed memory budget, an empty HF cache, and a fixed draft
+length (the adaptive policy chooses γ from measured costs, which vary run to run)."""
 
 
 def make_snapshot_app() -> LocalSpecApp:

@@ -54,7 +54,8 @@ def format_stats(
         t.append(value + "\n", style=style)
 
     drafter = stats.drafter if stats is not None and stats.drafter else "—"
-    row("backend", f"{kernel} · {drafter}")
+    row("backend", kernel)
+    row("drafter", drafter)
     if stats is None or stats.num_steps == 0:
         row("AL", NOT_MEASURED)
         row("accept", NOT_MEASURED)
