@@ -115,15 +115,20 @@ def _greedy_result(best: np.ndarray, drafts: np.ndarray) -> AcceptResult:
 def processed_probs(logits: "torch.Tensor", params: SamplingParams) -> "torch.Tensor":
     """Temperature, top-k, softmax, top-p, renormalise. logits: [n, V] float32 -> [n, V] float32."""
     n_vocab = logits.shape[-1]
-    z = logits / params.temperature
+    # Subtract the max before dividing: (x - max) is exact near the top, whereas x / T
+    # first would put rounding of |x / T| into every exponent. The normaliser is summed in
+    # float64 (torch's float32 sum over 10^5 terms loses ~1e-6 relative). In place: one
+    # temporary of the logits' size.
+    w = logits - logits.max(dim=-1, keepdim=True).values
     if 0 < params.top_k < n_vocab:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]  # [n, 1]; ties at kth kept
-        z = z.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(z, dim=-1)
+        w.masked_fill_(logits < kth, float("-inf"))
+    w.div_(params.temperature).exp_()
+    probs = w.div_(w.sum(dim=-1, keepdim=True, dtype=torch.float64).to(w.dtype))
     if params.top_p < 1.0 and logits.shape[0]:
         threshold = _top_p_threshold(probs, params.top_p)  # [n, 1]
         probs = torch.where(probs >= threshold, probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
-        probs = probs / probs.sum(dim=-1, keepdim=True)
+        probs = probs / probs.sum(dim=-1, keepdim=True, dtype=torch.float64).to(probs.dtype)
     return probs
 
 
