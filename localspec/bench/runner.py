@@ -151,6 +151,20 @@ def planned_units(prompts: Sequence[BenchPrompt], config: BenchConfig) -> int:
     return sum(len(p.turns) for p in prompts) * per_turn
 
 
+def round_robin(prompts: Sequence[BenchPrompt]) -> list[BenchPrompt]:
+    """First prompt of every category, then the second of every category, ...: an
+    interrupted run still covers every category."""
+    rank: dict[str, int] = {}
+    keyed = []
+    for i, p in enumerate(prompts):
+        k = rank.get(p.category, 0)
+        rank[p.category] = k + 1
+        keyed.append((k, i, p))
+    cat_order = {c: n for n, c in enumerate(dict.fromkeys(p.category for p in prompts))}
+    keyed.sort(key=lambda t: (t[0], cat_order[t[2].category], t[1]))
+    return [p for _, _, p in keyed]
+
+
 def turn_seed(base: int, question_id: str, turn: int, temperature: float) -> int:
     """Seed of one turn: the same for every arm, stable across runs and machines."""
     return zlib.crc32(f"{base}:{question_id}:{turn}:{temperature:g}".encode()) & 0x7FFFFFFF
@@ -194,10 +208,12 @@ def run_bench(
     config: BenchConfig,
     progress: ProgressFn | None = None,
 ) -> BenchRun:
-    """Measure every arm of `config` on `prompts` (already selected), interleaved.
+    """Measure every arm of `config` on `prompts` (already selected), interleaved; prompts
+    run round-robin over categories.
 
     Returns a BenchRun; on KeyboardInterrupt it returns what finished, `interrupted=True`.
     """
+    prompts = round_robin(prompts)
     run = BenchRun(config=config, prompts=list(prompts))
     arms = config.arms
     units = [(t, arm) for t in config.temperatures for arm in arms]

@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
         drafters: Annotated[str, typer.Option("--drafters", help="Arms besides plain: model, ngram, adaptive (comma-separated).")] = "model",
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report (every raw count and timing) here.")] = None,
         plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: AL by category, speedup vs γ.")] = None,
+        markdown: Annotated[Path | None, typer.Option("--markdown", help="Write the tables as markdown here.")] = None,
         seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed (per-turn seeds derive from it).")] = 0,
         warmup_tokens: Annotated[int, typer.Option("--warmup-tokens", min=0, help="Warm-up tokens per drafter (not recorded).")] = 8,
         ctx_size: int = opt.CTX,
@@ -82,7 +83,7 @@ def register(app: typer.Typer) -> None:
 
         from localspec.bench.environment import environment_record
         from localspec.bench.plot import write_plot
-        from localspec.bench.report import build_report, render_tables, write_json
+        from localspec.bench.report import build_report, markdown_tables, render_tables, write_json
         from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
         from localspec.engine import Engine, ModelSpec
         from localspec.prompts import load_builtin, load_prompt_file, select
@@ -147,5 +148,9 @@ def register(app: typer.Typer) -> None:
             console.print(f"JSON: {write_json(report, json_out)}")
         if plot:
             console.print(f"plot: {write_plot(report, plot)}")
+        if markdown:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(markdown_tables(report), encoding="utf-8")
+            console.print(f"markdown: {markdown}")
         if run.interrupted:
             raise typer.Exit(130)

@@ -87,7 +87,7 @@ def test_cli_bench_tiny_run_writes_json(smollm2_path: Path, tmp_path: Path) -> N
     res = CliRunner().invoke(app, [
         "bench", "-m", str(smollm2_path), "-md", str(smollm2_path), "-c", "1024",
         "--categories", "math", "--prompts-per-category", "1", "--gamma", "1", "-n", "6",
-        "--warmup-tokens", "0", "--json", str(out),
+        "--warmup-tokens", "0", "--json", str(out), "--markdown", str(tmp_path / "t.md"),
     ])
     assert res.exit_code == 0, res.output
     assert "math" in res.output and "γ=1" in res.output
@@ -95,3 +95,4 @@ def test_cli_bench_tiny_run_writes_json(smollm2_path: Path, tmp_path: Path) -> N
     assert data["config"]["arms"] == ["plain", "model@1"]
     assert data["num_samples"] == 2 * 1  # math-01 is single-turn: 2 arms
     assert data["command"]["params"]["max_tokens"] == 6
+    assert "| math |" in (tmp_path / "t.md").read_text()

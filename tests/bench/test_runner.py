@@ -71,7 +71,8 @@ def test_run_bench_interleaves_arms_per_prompt_with_rotation(spy_run: tuple[SpyE
     first = [(s.temperature, s.arm) for s in run.samples if s.question_id == "a-1"]
     second = [(s.temperature, s.arm) for s in run.samples if s.question_id == "b-1"]
     assert first[0] == (0.0, "plain")
-    assert second[0] == first[2] and second[-1] == first[1]  # b-1 is prompt 2: rotated by 2
+    assert second[0] == first[1] and second[-1] == first[0]  # b-1 runs second: rotated by 1
+    assert [p.question_id for p in run.prompts] == ["a-1", "b-1", "a-2"]  # round-robin over categories
 
 
 def test_run_bench_multiturn_feeds_each_answer_back(spy_run: tuple[SpyEngine, Any]) -> None:
