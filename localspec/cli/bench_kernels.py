@@ -57,6 +57,6 @@ def bench_kernels_command(
 
 def register(app: typer.Typer) -> None:
     """Add `kernels` to the `bench` group."""
-    app.command("kernels", help=bench_kernels_command.__doc__ + "\n\nExamples:\n\n" + "\n\n".join(BENCH_KERNELS_EXAMPLES))(
+    app.command("kernels", help=(bench_kernels_command.__doc__ or "") + "\n\nExamples:\n\n" + "\n\n".join(BENCH_KERNELS_EXAMPLES))(
         bench_kernels_command
     )

@@ -95,6 +95,6 @@ def doctor_command(
 
 def register(app: typer.Typer) -> None:
     """Add `doctor` to the root app."""
-    app.command("doctor", help=doctor_command.__doc__ + "\n\nExamples:\n\n" + "\n\n".join(DOCTOR_EXAMPLES))(
+    app.command("doctor", help=(doctor_command.__doc__ or "") + "\n\nExamples:\n\n" + "\n\n".join(DOCTOR_EXAMPLES))(
         doctor_command
     )

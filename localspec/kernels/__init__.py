@@ -31,7 +31,10 @@ _logged_fallbacks: set[str] = set()
 class AcceptanceBackend(Protocol):
     """One implementation of the acceptance rule."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """What runs ('reference', 'torch-cpu', 'cuda', 'auto:torch-cpu'), shown in stats."""
+        ...
 
     def accept(
         self,

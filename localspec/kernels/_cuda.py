@@ -31,7 +31,7 @@ _SOURCES = {0: TokenSource.PLAIN, 2: TokenSource.RECOVERED, 3: TokenSource.BONUS
 _f32p = ctypes.POINTER(ctypes.c_float)
 _f64p = ctypes.POINTER(ctypes.c_double)
 _i32p = ctypes.POINTER(ctypes.c_int)
-_ACCEPT_ARGTYPES = [_f32p, _f32p, _i32p, _f64p, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int,
+_ACCEPT_ARGTYPES: list[Any] = [_f32p, _f32p, _i32p, _f64p, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int,
                     ctypes.c_float, _i32p]
 
 
