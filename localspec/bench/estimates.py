@@ -166,6 +166,22 @@ def al_bootstrap(
     return float(lo), float(hi)
 
 
+def ratio_bootstrap(
+    per_prompt: Sequence[tuple[float, float]], n_boot: int = 2000, seed: int = 0
+) -> tuple[float, float] | None:
+    """95 % percentile CI of Σ num / Σ den over prompts resampled with replacement
+    (for α: per-prompt (successes, trials)); None with fewer than 2 prompts."""
+    if len(per_prompt) < 2:
+        return None
+    arr = np.asarray(per_prompt, dtype=float)  # [n_prompts, 2]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(arr), size=(n_boot, len(arr)))
+    den = arr[idx, 1].sum(axis=1)
+    ratio = np.where(den > 0, arr[idx, 0].sum(axis=1) / np.maximum(den, 1e-12), 0.0)
+    lo, hi = np.percentile(ratio, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def al_split_half(per_prompt: Sequence[tuple[int, int]]) -> float | None:
     """|AL(even prompts) − AL(odd prompts)|; None with fewer than 2 prompts."""
     if len(per_prompt) < 2:

@@ -36,6 +36,34 @@ def build_report(run: BenchRun, environment: dict[str, Any], command: object = N
     }
 
 
+def samples_from_json(report: dict[str, Any]) -> BenchRun:
+    """Rebuild a BenchRun from a written report (to re-summarise or re-plot it)."""
+    from localspec.bench.runner import BenchConfig, Sample
+    from localspec.prompts import BenchPrompt
+
+    c = report["config"]
+    config = BenchConfig(
+        gammas=tuple(c["gammas"]), temperatures=tuple(c["temperatures"]), drafters=tuple(c["drafters"]),
+        max_tokens=c["max_tokens"], prompts_per_category=c["prompts_per_category"],
+        categories=tuple(c["categories"]) if c["categories"] else None, seed=c["seed"],
+        top_p=c["top_p"], top_k=c["top_k"], warmup_tokens=c["warmup_tokens"],
+    )
+    prompts = [BenchPrompt(p["question_id"], p["category"], ("",) * p["num_turns"], source=p.get("source"))
+               for p in report["prompts"]]
+    keys = ("temperature", "category", "question_id", "arm", "drafter", "gamma", "turn", "seed",
+            "position", "stats", "text_chars", "t_wall_s")
+    run = BenchRun(config=config, prompts=prompts, samples=[Sample(**{k: s[k] for k in keys}) for s in report["samples"]],
+                   interrupted=report["interrupted"], t_wall_s=report["t_wall_s"])
+    return run
+
+
+def rebuild_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The same report with its summary recomputed from the raw samples."""
+    new = build_report(samples_from_json(report), report["environment"], report.get("command"))
+    new["created"] = report.get("created", new["created"])
+    return new
+
+
 def write_json(report: dict[str, Any], path: str | Path) -> Path:
     """Write the report (NaN as null; atomically: a temp file, then rename)."""
     p = Path(path)
@@ -172,10 +200,23 @@ def markdown_tables(report: dict[str, Any]) -> str:
                     continue
                 first = b["arms"].get(f"{d}@{gam[0]}")
                 th = e["theory"]
-                cells = [_f(e["alpha"]), _f(first["acceptance_rate"]) if first else "–", _f(e["c"])]
+                ci = e.get("alpha_ci95")
+                cells = [_f(e["alpha"]) + (f" [{_f(ci[0])}, {_f(ci[1])}]" if ci else ""),
+                         _f(first["acceptance_rate"]) if first else "–", _f(e["c"])]
                 cells += [_f(e["b"].get(str(g))) for g in gam]
                 cells.append(f"{th['best_gamma']} ({_f(th['best_speedup'])}×)" if th else "–")
                 cells.append(f"{e['measured_best_gamma']} ({_f(e['measured_best_speedup'])}×)")
                 lines.append(f"| {'**all**' if cat == ALL else cat} | " + " | ".join(cells) + " |")
+            all_arms = cats.get(ALL, {}).get("arms", {})
+            rows = [(g, all_arms[f"{d}@{g}"]) for g in gam if f"{d}@{g}" in all_arms]
+            if rows:
+                width = max(len(a["per_position_acceptance"]) for _, a in rows)
+                lines += ["", f"Per-position acceptance (`{d}`, all categories): accepted at position i / "
+                          "steps that drafted ≥ i tokens:", ""]
+                lines.append("| γ | " + " | ".join(f"i={i + 1}" for i in range(width)) + " |")
+                lines.append("|---|" + "---:|" * width)
+                for g, a in rows:
+                    pp = a["per_position_acceptance"]
+                    lines.append(f"| {g} | " + " | ".join(_f(pp[i]) if i < len(pp) else "" for i in range(width)) + " |")
         lines.append("")
     return "\n".join(lines)

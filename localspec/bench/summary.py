@@ -41,8 +41,25 @@ def _arm_summary(samples: Sequence[Sample], plain_tps: float | None, seed: int) 
     return pooled
 
 
+def _alpha_per_prompt(samples: Sequence[Sample], drafter: str) -> list[tuple[float, float]]:
+    """(successes, trials) of α per prompt, over every fixed-γ arm of `drafter`."""
+    groups: dict[tuple[str, str], list[Sample]] = {}
+    for s in samples:
+        if s.drafter == drafter:
+            groups.setdefault((s.question_id, s.arm), []).append(s)
+    per: dict[str, list[float]] = {}
+    for (qid, _), group in groups.items():
+        pooled = est.pool_stats(g.stats for g in group)
+        succ, trials = est.alpha_trials(pooled["accepted_per_position"], pooled["drafted_per_position"])
+        row = per.setdefault(qid, [0.0, 0.0])
+        row[0] += succ
+        row[1] += trials
+    return [(a, b) for a, b in per.values()]
+
+
 def _drafter_estimates(
-    arms: dict[str, dict[str, Any]], drafter: str, gammas: Sequence[int]
+    arms: dict[str, dict[str, Any]], drafter: str, gammas: Sequence[int],
+    samples: Sequence[Sample] = (), seed: int = 0,
 ) -> dict[str, Any] | None:
     plain = arms.get("plain")
     fixed = {g: arms[f"{drafter}@{g}"] for g in gammas if f"{drafter}@{g}" in arms}
@@ -58,6 +75,7 @@ def _drafter_estimates(
         "alpha_per_gamma": {
             str(g): est.pooled_alpha([a]) for g, a in fixed.items()
         },
+        "alpha_ci95": (list(ci) if (ci := est.ratio_bootstrap(_alpha_per_prompt(samples, drafter), seed=seed)) else None),
         "c": c,
         "b": {str(g): v for g, v in b.items()},
         "measured_speedup": measured,
@@ -91,7 +109,8 @@ def summarize(samples: Sequence[Sample], config: BenchConfig) -> dict[str, Any]:
                 k: _arm_summary(v, plain_tps, config.seed) for k, v in by_arm.items() if v
             }
             estimates = {
-                d: e for d in fixed_drafters if (e := _drafter_estimates(arms, d, config.gammas)) is not None
+                d: e for d in fixed_drafters
+                if (e := _drafter_estimates(arms, d, config.gammas, in_cat, config.seed)) is not None
             }
             block[cat] = {"arms": arms, "estimates": estimates}
         out[temp_key(t)] = {"categories": block}

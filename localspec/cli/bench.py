@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
         drafters: Annotated[str, typer.Option("--drafters", help="Arms besides plain: model, ngram, adaptive (comma-separated).")] = "model",
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report (every raw count and timing) here.")] = None,
         plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: AL by category, speedup vs γ.")] = None,
+        from_json: Annotated[Path | None, typer.Option("--from-json", help="Don't measure: re-summarise a written report and print/write its tables and plot.")] = None,
         markdown: Annotated[Path | None, typer.Option("--markdown", help="Write the tables as markdown here.")] = None,
         seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed (per-turn seeds derive from it).")] = 0,
         warmup_tokens: Annotated[int, typer.Option("--warmup-tokens", min=0, help="Warm-up tokens per drafter (not recorded).")] = 8,
@@ -83,15 +84,37 @@ def register(app: typer.Typer) -> None:
 
         from localspec.bench.environment import environment_record
         from localspec.bench.plot import write_plot
-        from localspec.bench.report import build_report, markdown_tables, render_tables, write_json
+        from localspec.bench.report import build_report, markdown_tables, rebuild_report, render_tables, write_json
         from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
         from localspec.engine import Engine, ModelSpec
         from localspec.prompts import load_builtin, load_prompt_file, select
 
+        console = Console(width=None if sys.stdout.isatty() else 160)
+
+        def emit(report: dict[str, object]) -> None:
+            render_tables(report, console)
+            if json_out:
+                console.print(f"JSON: {write_json(report, json_out)}")
+            if plot:
+                console.print(f"plot: {write_plot(report, plot)}")
+            if markdown:
+                markdown.parent.mkdir(parents=True, exist_ok=True)
+                markdown.write_text(markdown_tables(report), encoding="utf-8")
+                console.print(f"markdown: {markdown}")
+
+        if from_json is not None:
+            import json
+
+            try:
+                old = json.loads(from_json.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise typer.BadParameter(f"cannot read a bench report from {from_json}: {exc}", param_hint="--from-json") from exc
+            emit(rebuild_report(old))
+            return
+
         gammas = SWEEP_GAMMAS if sweep else _ints(gamma, "--gamma")
         temps = _floats(temp, "--temp")
         kinds = _names(drafters, ("model", "ngram", "adaptive"), "--drafters")
-        console = Console(width=None if sys.stdout.isatty() else 160)
 
         pset = load_prompt_file(prompts) if prompts else load_builtin()
         if pset.num_skipped_placeholder or pset.num_skipped_invalid:
@@ -143,14 +166,6 @@ def register(app: typer.Typer) -> None:
             engine.close()
         params = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
         report = build_report(run, env, command={"argv": shlex.join(sys.argv), "params": params})
-        render_tables(report, console)
-        if json_out:
-            console.print(f"JSON: {write_json(report, json_out)}")
-        if plot:
-            console.print(f"plot: {write_plot(report, plot)}")
-        if markdown:
-            markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(markdown_tables(report), encoding="utf-8")
-            console.print(f"markdown: {markdown}")
+        emit(report)
         if run.interrupted:
             raise typer.Exit(130)

@@ -96,3 +96,7 @@ def test_cli_bench_tiny_run_writes_json(smollm2_path: Path, tmp_path: Path) -> N
     assert data["num_samples"] == 2 * 1  # math-01 is single-turn: 2 arms
     assert data["command"]["params"]["max_tokens"] == 6
     assert "| math |" in (tmp_path / "t.md").read_text()
+    # re-render the written report without measuring
+    res = CliRunner().invoke(app, ["bench", "--from-json", str(out), "--plot", str(tmp_path / "p.png")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG" and "γ=1" in res.output

@@ -103,3 +103,10 @@ def test_theory_for_expensive_drafter_picks_plain_decoding() -> None:
     assert out["predicted"]["2"]["speedup"] == pytest.approx(2.44 / 3.0)
     assert out["best_gamma"] == 0 and out["best_speedup"] == 1.0
     assert out["best_gamma_in_set"] == 0
+
+
+def test_ratio_bootstrap_pools_numerators_and_denominators() -> None:
+    assert est.ratio_bootstrap([(1, 2), (2, 4)]) == pytest.approx((0.5, 0.5))
+    assert est.ratio_bootstrap([(1, 2)]) is None
+    lo, hi = est.ratio_bootstrap([(0, 10), (10, 10), (5, 10)], seed=2) or (0, 0)
+    assert 0.0 <= lo < 0.5 < hi <= 1.0

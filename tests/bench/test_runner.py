@@ -140,3 +140,18 @@ def test_report_tables_and_markdown_have_every_category(spy_run: tuple[SpyEngine
     assert [r[0] for r in rows] == ["alpha", "beta", "ALL"]
     md = markdown_tables(report)
     assert "### T = 0.8" in md and "| **all** |" in md and "ngram@3" in md
+
+
+def test_rebuild_report_from_json_gives_the_same_summary(spy_run: tuple[SpyEngine, Any]) -> None:
+    import json
+
+    from localspec.bench.report import _clean, rebuild_report
+
+    _, run = spy_run
+    report = json.loads(json.dumps(_clean(build_report(run, {"models": {}}))))
+    again = _clean(rebuild_report(report))
+    assert again["summary"] == report["summary"]
+    assert again["samples"] == report["samples"]
+    e = report["summary"]["0"]["categories"][ALL]["estimates"]["model"]
+    lo, hi = e["alpha_ci95"]
+    assert lo <= e["alpha"] <= hi
