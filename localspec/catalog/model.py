@@ -1,4 +1,4 @@
-"""The model catalog: known families, Hub repos, GGUF files per quantization, sizes,
+"""Catalog data: known families, Hub repos, GGUF files per quantization, sizes,
 architecture figures for KV-cache sizing, and tokenizer identities (models/catalog.toml).
 
 Every figure carries its provenance (`source`): "measured" (computed here from a local
@@ -15,7 +15,6 @@ local GGUF paths added with `localspec models add`.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import os
@@ -294,118 +293,3 @@ def _parse_model(m: dict[str, Any], families: dict[str, Family], tokenizers: dic
         source=m["source"], files=files, sliding_window=int(m.get("sliding_window", 0)),
         swa_pattern=int(m.get("swa_pattern", 0)),
     )
-
-
-# --- writing (the user copy) -----------------------------------------------------------
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(k: str) -> str:
-    return k if _BARE_KEY.match(k) else json.dumps(k)
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, (list, tuple)):
-        if v and all(isinstance(x, dict) for x in v):
-            return "[\n" + "".join(f"  {_value(x)},\n" for x in v) + "]"
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def dump_toml(data: dict[str, Any], header: str = "") -> str:
-    """TOML text for the catalog's shape: scalars, tables of tables, arrays of tables
-    (whose list-of-dict values are written as arrays of inline tables)."""
-    out = [header.rstrip() + "\n\n"] if header else []
-    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and not _is_table_array(v)}
-    out.extend(f"{_key(k)} = {_value(v)}\n" for k, v in scalars.items())
-    for k, v in data.items():
-        if isinstance(v, dict):
-            for sub, table in v.items():
-                out.append(f"\n[{_key(k)}.{_key(sub)}]\n")
-                out.extend(f"{_key(a)} = {_value(b)}\n" for a, b in table.items())
-    for k, v in data.items():
-        if _is_table_array(v):
-            for table in v:
-                out.append(f"\n[[{_key(k)}]]\n")
-                out.extend(f"{_key(a)} = {_value(b)}\n" for a, b in table.items())
-    return "".join(out)
-
-
-def _is_table_array(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
-
-
-def save_user_catalog(data: dict[str, Any], path: Path | None = None) -> Path:
-    """Write `data` (validated first) atomically as the user catalog copy."""
-    parse_catalog(data, "update")
-    path = path or user_catalog_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = (
-        "# localspec model catalog: user copy written by `localspec models refresh`.\n"
-        "# It overrides the packaged catalog; delete it to go back to the packaged one."
-    )
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dump_toml(data, header), encoding="utf-8")
-    os.replace(tmp, path)
-    _load_cached.cache_clear()
-    return path
-
-
-# --- local GGUFs added by path -------------------------------------------------------
-
-def registry_path() -> Path:
-    """JSON list of GGUF paths added with `localspec models add`."""
-    return data_dir() / "added_models.json"
-
-
-def added_paths() -> list[Path]:
-    """Paths added by the user (missing files included; `models list` marks them)."""
-    try:
-        entries = json.loads(registry_path().read_text())
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable %s: %s", registry_path(), exc)
-        return []
-    return [Path(e["path"]) for e in entries if isinstance(e, dict) and "path" in e]
-
-
-def _write_registry(paths: list[Path]) -> None:
-    reg = registry_path()
-    reg.parent.mkdir(parents=True, exist_ok=True)
-    tmp = reg.with_name(reg.name + ".tmp")
-    tmp.write_text(json.dumps([{"path": str(p)} for p in paths], indent=1))
-    os.replace(tmp, reg)
-
-
-def add_path(path: str | os.PathLike[str]) -> VocabInfo:
-    """Register a local GGUF (its header must read); returns its tokenizer facts."""
-    from localspec.gguf_info import vocab_info
-
-    p = Path(path).expanduser().resolve()
-    info = vocab_info(p)  # raises ModelNotFoundError / ModelLoadError with the next step
-    paths = added_paths()
-    if p not in paths:
-        _write_registry([*paths, p])
-    return info
-
-
-def remove_path(path: str | os.PathLike[str]) -> bool:
-    """Unregister an added path (the file itself is kept). True when it was registered."""
-    p = Path(path).expanduser().resolve()
-    paths = added_paths()
-    if p not in paths:
-        return False
-    _write_registry([q for q in paths if q != p])
-    return True

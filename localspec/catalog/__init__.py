@@ -1,0 +1,44 @@
+"""The model catalog (models/catalog.toml) and the GGUF files on this machine.
+
+Layer 1: pure data and the compatibility rule on catalog metadata. Hub access (downloads,
+the HF cache, `models refresh`) lives in localspec.download.
+"""
+
+from __future__ import annotations
+
+from localspec.catalog.local import (
+    LocalModel,
+    LocalPair,
+    add_path,
+    added_models,
+    added_paths,
+    describe,
+    drafting_pairs,
+    merge_local,
+    registry_path,
+    remove_path,
+    store_models,
+)
+from localspec.catalog.model import (
+    KV_BYTES_PER_ELEMENT,
+    SCHEMA,
+    Catalog,
+    CatalogError,
+    CatalogFile,
+    CatalogModel,
+    Family,
+    TokenizerInfo,
+    guess_quant,
+    load_catalog,
+    packaged_catalog_text,
+    parse_catalog,
+    user_catalog_path,
+)
+from localspec.catalog.toml_writer import dump_toml, save_user_catalog
+
+__all__ = [
+    "KV_BYTES_PER_ELEMENT", "SCHEMA", "Catalog", "CatalogError", "CatalogFile", "CatalogModel", "Family",
+    "LocalModel", "LocalPair", "TokenizerInfo", "add_path", "added_models", "added_paths", "describe",
+    "drafting_pairs", "dump_toml", "guess_quant", "load_catalog", "merge_local", "packaged_catalog_text",
+    "parse_catalog", "registry_path", "remove_path", "save_user_catalog", "store_models", "user_catalog_path",
+]
