@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
             }
             typer.echo(json.dumps(out, indent=2))
             return
-        gpu = f"GPU {budget.gpu_name or ''} {_gib(budget.vram_bytes)} GiB" if budget.has_gpu else budget.source
+        gpu = f"GPU {budget.gpu_name or budget.source}: {_gib(budget.vram_bytes)} GiB" if budget.has_gpu else budget.source
         typer.echo(f"{gpu}; RAM {_gib(budget.ram_bytes)} GiB; task {task}; context {ctx}")
         if not recs:
             typer.echo("no compatible pair fits; try a smaller --ctx, or --ram / --vram if the probe is wrong")
