@@ -135,9 +135,8 @@ class _SamplingFields(OpenAIBaseModel):
                 default_drafter: str) -> dict[str, Any]:
         self._reject_unsupported()
         self.log_ignored()
-        max_tokens = self.max_tokens
-        if max_tokens is None:
-            max_tokens = getattr(self, "max_completion_tokens", None)
+        # max_completion_tokens is OpenAI's newer name; it wins when both are given
+        max_tokens = getattr(self, "max_completion_tokens", None) or self.max_tokens
         if max_tokens is None:
             max_tokens = default_max_tokens or n_ctx
         if max_tokens > n_ctx:
