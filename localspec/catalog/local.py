@@ -154,7 +154,9 @@ def drafting_pairs(models: list[LocalModel], read_vocab: Callable[[Path], VocabI
     """Every (target, smaller drafter) pair that `compat.pair_problems` accepts on the files'
     own headers, and the header errors of files that could not be read."""
     if read_vocab is None:
-        from localspec.gguf_info import vocab_info as read_vocab
+        from localspec.gguf_info import vocab_info
+
+        read_vocab = vocab_info
     vocab: dict[Path, VocabInfo] = {}
     errors: dict[Path, str] = {}
     for m in models:

@@ -92,7 +92,7 @@ def _measure(catalog, budget, task: str, gamma: int, tokens: int, quiet: bool): 
     tm, tf = catalog.match_file(offline_model(t_id).file) or (None, None)
     dm, df = catalog.match_file(offline_model(d_id).file) or (None, None)
     c_model = 0.0
-    if tm and dm:
+    if tm and dm and tf and df:
         p = place(tm, tf, dm, df, 2048, budget)
         c_model = p.draft_token_s / p.target_token_s if p else 0.0
     cal = Calibration(alpha=m.alpha, c=m.c, b_slope=m.b_slope, placement="gpu" if budget.has_gpu else "cpu", c_model=c_model)

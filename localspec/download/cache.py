@@ -30,7 +30,7 @@ class CachedFile:
 def cached_ggufs(cache_dir: str | os.PathLike[str] | None = None) -> list[CachedFile]:
     """GGUF files in the HF cache (scan_cache_dir), newest revision first per file."""
     try:
-        info = scan_cache_dir(cache_dir or constants.HF_HUB_CACHE)
+        info = scan_cache_dir(Path(cache_dir or constants.HF_HUB_CACHE))
     except Exception as exc:  # CacheNotFound when the cache dir does not exist yet
         log.debug("no HF cache: %s", exc)
         return []

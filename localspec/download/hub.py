@@ -40,6 +40,7 @@ from localspec.errors import (
     DownloadCancelledError,
     DownloadError,
     InsufficientDiskError,
+    LocalSpecError,
     ModelNotFoundError,
 )
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2
 from huggingface_hub import hf_hub_url
-from huggingface_hub.utils import get_session
+from huggingface_hub import get_session
 
 from localspec.catalog import Catalog, guess_quant, parse_catalog, save_user_catalog
 from localspec.download.hub import RemoteFile, _endpoint, _translate, list_remote_files

@@ -91,9 +91,10 @@ def calibrate(
     draft = ModelSpec(draft_path, n_gpu_layers=n_gpu_layers, n_ctx=n_ctx, name="draft")
     engine = engine_factory(target, draft)
     try:
-        base = dict(messages=messages, max_tokens=max_tokens, temperature=0.0, seed=0)
-        plain = _run(engine, GenerationRequest(**base, drafter="none", gamma=0))
-        spec = _run(engine, GenerationRequest(**base, drafter="model", gamma=gamma))
+        plain = _run(engine, GenerationRequest(messages=messages, max_tokens=max_tokens, temperature=0.0, seed=0,
+                                               drafter="none", gamma=0))
+        spec = _run(engine, GenerationRequest(messages=messages, max_tokens=max_tokens, temperature=0.0, seed=0,
+                                              drafter="model", gamma=gamma))
     finally:
         close = getattr(engine, "close", None)
         if close:
