@@ -255,10 +255,14 @@ def download_model(
         return cached
     sha = expected_sha256 or (remote.sha256 if remote else None)
     size = remote.size if remote else None
-    if size is not None and not _is_cached(repo_id, filename, cache, revision):
+    was_cached = _is_cached(repo_id, filename, cache, revision)
+    if size is not None and not was_cached:
         check_disk(size, cache)
     path = _download_with_retries(repo_id, filename, revision, cache, ep, token, progress, cancel, retries)
-    if sha:
+    if sha and was_cached and path.resolve().name == sha:
+        # verified when it was downloaded; the blob is named by its sha256, re-hashing GBs is waste
+        log.debug("%s already cached as blob %s", filename, sha[:12])
+    elif sha:
         total = path.stat().st_size
 
         def on_bytes(done: int) -> None:

@@ -54,8 +54,10 @@ def test_download_model_cached_file_needs_no_second_transfer(hub, hf_cache) -> N
     hub.add(REPO, FILE, HubFile(_payload(200_000)))
     first = download_model(REPO, FILE, cache_dir=hf_cache, endpoint=hub.url, token=False)
     gets = sum(1 for m, p, _ in hub.requests if m == "GET" and "/resolve/" in p)
-    second = download_model(REPO, FILE, cache_dir=hf_cache, endpoint=hub.url, token=False)
+    events: list[DownloadProgress] = []
+    second = download_model(REPO, FILE, progress=events.append, cache_dir=hf_cache, endpoint=hub.url, token=False)
     assert first == second
+    assert [e.phase for e in events] == ["done"]  # no transfer, no second hashing
     assert sum(1 for m, p, _ in hub.requests if m == "GET" and "/resolve/" in p) == gets
 
 

@@ -184,3 +184,14 @@ def test_calibrate_drives_the_engine_api_with_a_fake() -> None:
     assert calls[1] == ("generate", "none", 0, 0.0) and calls[2] == ("generate", "model", 3, 0.0)
     assert calls[-1] == ("close",)
     assert m.alpha == pytest.approx(45 / 53) and m.c == pytest.approx(0.1) and m.gamma == 3
+
+
+@pytest.mark.models
+@pytest.mark.slow
+def test_calibrate_on_the_real_engine_smollm2_drafting_for_itself(smollm2_path) -> None:
+    """A model drafting for itself under greedy decoding accepts everything: α = 1, c ≈ 1."""
+    m = calibrate(str(smollm2_path), str(smollm2_path), task="code", gamma=3, max_tokens=24, n_ctx=512)
+    assert m.alpha == pytest.approx(1.0)
+    assert m.mean_acceptance_length == pytest.approx(4.0, abs=0.5)
+    assert 0.3 < m.c < 3.0 and m.b_gamma > 0.5
+    assert m.plain_tokens_per_s > 0 and m.spec_tokens_per_s > 0 and m.num_tokens > 0
