@@ -238,7 +238,8 @@ def download_model(
     Blocking; call it from a worker thread. `progress` receives DownloadProgress events
     (download bytes, then verify bytes, then "done"); setting `cancel` stops it with
     DownloadCancelledError and leaves nothing behind. The sha256 is checked against the
-    Hub's LFS oid (or `expected_sha256`); a mismatch deletes the file (ChecksumMismatchError).
+    Hub's LFS oid (`expected_sha256` when the Hub gives none); a mismatch deletes the file
+    (ChecksumMismatchError).
     """
     ep = _endpoint(endpoint)
     cache = Path(cache_dir) if cache_dir else Path(constants.HF_HUB_CACHE)
@@ -253,7 +254,11 @@ def download_model(
             raise
         log.info("Hub unreachable; using the cached %s", cached)
         return cached
-    sha = expected_sha256 or (remote.sha256 if remote else None)
+    # the Hub's LFS oid is the authority; `expected_sha256` (e.g. from the catalog) only fills in
+    sha = (remote.sha256 if remote else None) or expected_sha256
+    if expected_sha256 and sha != expected_sha256:
+        log.warning("%s: the Hub's sha256 differs from the expected one (stale catalog? run "
+                    "`localspec models refresh`); checking against the Hub's", filename)
     size = remote.size if remote else None
     was_cached = _is_cached(repo_id, filename, cache, revision)
     if size is not None and not was_cached:
