@@ -37,6 +37,7 @@ PLAIN_MAX_TOKENS = 128
 class ChatScreen(Screen[None]):
     """Chat with the loaded pair and watch speculative decoding work."""
 
+    AUTO_FOCUS = "#chat-input"
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_chat", "New chat"),
@@ -91,9 +92,10 @@ class ChatScreen(Screen[None]):
             title.update("No model loaded — press F2 to choose a pair")
         else:
             info = engine.info
-            draft = info.draft or "no drafter"
+            target = _short(info.target)
+            draft = _short(info.draft) if info.draft else "no drafter"
             marks = "  [green]accepted draft[/] [cyan]bonus[/]" if self.lsapp.chat_settings.show_accepted else ""
-            title.update(f"[b]{info.target}[/] ← {draft} · {self.lsapp.chat_settings.drafter}{marks}")
+            title.update(f"[b]{target}[/] ← {draft} · {self.lsapp.chat_settings.drafter}{marks}")
 
     # -- sending --------------------------------------------------------------------
     @on(Input.Submitted, "#chat-input")
@@ -288,3 +290,8 @@ class ChatScreen(Screen[None]):
 
         kernel = self.lsapp.engine.info.kernel if self.lsapp.engine is not None else "—"
         self.app.push_screen(SettingsScreen(self.lsapp.chat_settings, kernel), apply)
+
+
+def _short(name: str) -> str:
+    """A model name without the .gguf suffix (room matters at 80 columns)."""
+    return name[:-5] if name.lower().endswith(".gguf") else name
