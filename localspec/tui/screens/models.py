@@ -175,7 +175,10 @@ class ModelsScreen(Screen[None]):
         else:
             if self.targets:
                 target_list.highlighted = target_list.get_option_index(next(iter(self.targets)))
-        self.show_status(note or f"{len(local)} local files, {len(entries)} catalog models fit this machine.")
+        if note:
+            self.show_status(note)
+        elif not self.query_one("#models-status").has_class("-error"):  # keep an error on screen
+            self.show_status(f"{len(local)} local files, {len(entries)} catalog models fit this machine.")
 
     # -- target -> drafters -----------------------------------------------------------
     def selected_target(self) -> TargetEntry | None:
