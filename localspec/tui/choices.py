@@ -70,10 +70,11 @@ def local_models(added: Sequence[str] = (), hf_cache_dir: str | None = None) -> 
     """Installed store models (not header-only parts), HF-cache GGUFs, then added paths."""
     from localspec.store import is_installed, offline_models
 
-    found: list[LocalModel] = []
-    for m in offline_models():
-        if m.role != "header-only" and is_installed(m):
-            found.append(LocalModel(str(m.path), m.id, "store", m.size))
+    found: list[LocalModel] = [
+        LocalModel(str(m.path), m.id, "store", m.size)
+        for m in offline_models()
+        if m.role != "header-only" and is_installed(m)
+    ]
     found.extend(hf_cache_models(hf_cache_dir))
     for path in added:
         try:
@@ -81,8 +82,8 @@ def local_models(added: Sequence[str] = (), hf_cache_dir: str | None = None) -> 
         except LocalSpecError as exc:
             log.info("skipping added path: %s", exc)
     unique: dict[str, LocalModel] = {}
-    for m in found:
-        unique.setdefault(os.path.realpath(m.path), m)
+    for model in found:
+        unique.setdefault(os.path.realpath(model.path), model)
     return list(unique.values())
 
 

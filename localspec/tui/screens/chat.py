@@ -20,7 +20,7 @@ from localspec.errors import LocalSpecError
 from localspec.tui.messages import GenerationFailed, GenerationFinished, TokensStreamed
 from localspec.tui.widgets.stats_panel import StatsPanel
 from localspec.tui.widgets.transcript import ReplyBox, Transcript
-from localspec.types import ChatMessage, GenerationRequest
+from localspec.types import ChatMessage, GenerationRequest, TokenSource
 
 if TYPE_CHECKING:
     from localspec.engine import Engine
@@ -148,7 +148,7 @@ class ChatScreen(Screen[None]):
             self.post_message(GenerationFailed(purpose, str(exc)))
             return
         finish = "cancelled"
-        batch: list = []
+        batch: list[tuple[str, TokenSource, int]] = []
         last_post = time.monotonic()
         try:
             for ev in events:
@@ -169,7 +169,9 @@ class ChatScreen(Screen[None]):
             self.post_message(GenerationFailed(purpose, f"{type(exc).__name__}: {exc}"))
             return
         finally:
-            events.close()
+            close = getattr(events, "close", None)  # a generator: closing it frees the engine lock now
+            if close is not None:
+                close()
         if batch:
             self.post_message(TokensStreamed(batch))
         self.post_message(GenerationFinished(purpose, finish, engine.stats()))
