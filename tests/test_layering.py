@@ -71,13 +71,12 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
 SOURCES = sorted(PKG.rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PKG)))
-def test_module_respects_layers(path: Path) -> None:
-    me = _module_name(path)
+def _problems(me: str, imports: list[tuple[str, int, bool]]) -> list[str]:
+    """Every rule `me` breaks with these imports."""
     my_key = _layer_key(me)
     my_layer = LAYERS[my_key]
     problems = []
-    for mod, line, lazy in _imports(path):
+    for mod, line, lazy in imports:
         top = mod.split(".")[0]
         if top == "localspec":
             other_key = _layer_key(mod)
@@ -93,7 +92,37 @@ def test_module_respects_layers(path: Path) -> None:
                 problems.append(f"line {line}: only {owners} may import {lib}")
         if my_key in ("localspec.engine", "localspec.kernels") and top in BANNED_IN_CORE:
             problems.append(f"line {line}: {my_key} must not import {top}")
+    return problems
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PKG)))
+def test_module_respects_layers(path: Path) -> None:
+    me = _module_name(path)
+    problems = _problems(me, _imports(path))
     assert not problems, f"{me}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "me, imported, lazy",
+    [
+        ("localspec.engine.loop", "textual", False),          # engine importing a UI library
+        ("localspec.engine.loop", "localspec.server.app", False),  # lower layer importing higher
+        ("localspec.server.app", "llama_cpp", False),          # only the backend module may
+        ("localspec.engine.drafting", "llama_cpp", True),      # ... even lazily
+        ("localspec.tui.app", "localspec.server.app", True),   # front ends never import each other
+        ("localspec.cli.serve", "localspec.server.app", False),  # cli only lazily
+        ("localspec.kernels._torch", "cupy", True),            # native CUDA only in kernels/_cuda
+        ("localspec.catalog.model", "huggingface_hub", False),  # only download/ talks to the Hub
+    ],
+)
+def test_checker_catches_violations(me: str, imported: str, lazy: bool) -> None:
+    assert _problems(me, [(imported, 1, lazy)])
+
+
+def test_checker_allows_the_intended_imports() -> None:
+    assert _problems("localspec.engine.llama_backend", [("llama_cpp", 1, False)]) == []
+    assert _problems("localspec.cli.serve", [("localspec.server.app", 1, True)]) == []
+    assert _problems("localspec.tui.screens.chat", [("localspec.engine", 1, False)]) == []
 
 
 def test_layering_sees_the_package() -> None:
