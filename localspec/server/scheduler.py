@@ -57,6 +57,7 @@ class Generation:
         self._stop = threading.Event()
         self._guard = threading.Lock()
         self._finished = False
+        self._started = False
         self.queue_s = queue_s
         """Seconds this request waited for the engine."""
         self.t_start = time.perf_counter()
@@ -96,6 +97,7 @@ class Generation:
         try:
             after_cancel = 0
             for event in self._iterator:
+                self._started = True
                 if event.finish_reason is not None:
                     self.finish_reason = event.finish_reason
                 elif self.t_first_token is None and event.token_id >= 0:
@@ -118,7 +120,8 @@ class Generation:
                 close = getattr(self._iterator, "close", None)
                 if close is not None:
                     close()  # releases the engine's lock if we stopped early
-                self.stats = self._engine.stats()
+                if self._started:  # else the engine's stats are still the previous request's
+                    self.stats = self._engine.stats()
             except BaseException:  # pragma: no cover - engine bug; keep the queue moving
                 log.exception("closing a generation failed")
             if self.finish_reason is None:
