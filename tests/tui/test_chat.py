@@ -27,6 +27,7 @@ class TestChatScreen:
         async with app.run_test(size=(80, 24)) as pilot:
             screen = app.screen
             assert isinstance(screen, ChatScreen)
+            assert screen.focused is screen.query_one("#chat-input")  # typing works at once
             await send(pilot, "write fib")
             await wait_for(pilot, lambda: screen.reply is not None and 0 < len(screen.reply.text) < len(REPLY))
             partial = screen.reply.text  # type: ignore[union-attr]
