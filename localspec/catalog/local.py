@@ -16,14 +16,14 @@ from pathlib import Path
 from localspec.catalog.model import Catalog, guess_quant
 from localspec.compat import pair_problems
 from localspec.errors import LocalSpecError
-from localspec.paths import data_dir
+from localspec.paths import config_dir
 from localspec.types import VocabInfo
 
 log = logging.getLogger(__name__)
 
 def registry_path() -> Path:
-    """JSON list of GGUF paths added with `localspec models add`."""
-    return data_dir() / "added_models.json"
+    """JSON list of GGUF paths added with `localspec models add` (user configuration)."""
+    return config_dir() / "added_models.json"
 
 
 def added_paths() -> list[Path]:

@@ -67,15 +67,16 @@ def added_model(path: str) -> LocalModel:
 
 
 def local_models(added: Sequence[str] = (), hf_cache_dir: str | None = None) -> list[LocalModel]:
-    """Installed store models (not header-only parts), HF-cache GGUFs, then added paths."""
-    from localspec.store import is_installed, offline_models
+    """Every loadable GGUF on this machine, as `localspec models list` sees it (installed
+    store models, HF-cache GGUFs, paths registered with `localspec models add`), then the
+    paths given here; one entry per real file."""
+    from localspec.download import local_models as machine_models
 
-    found: list[LocalModel] = [
-        LocalModel(str(m.path), m.id, "store", m.size)
-        for m in offline_models()
-        if m.role != "header-only" and is_installed(m)
+    found = [
+        LocalModel(str(m.path), _label(m.origin, m.filename, m.repo_id), m.origin, m.size)
+        for m in machine_models(hf_cache_dir)
+        if m.loadable and m.exists
     ]
-    found.extend(hf_cache_models(hf_cache_dir))
     for path in added:
         try:
             found.append(added_model(path))
@@ -87,14 +88,13 @@ def local_models(added: Sequence[str] = (), hf_cache_dir: str | None = None) -> 
     return list(unique.values())
 
 
-def hf_cache_models(hf_cache_dir: str | None = None) -> list[LocalModel]:
-    """GGUFs in the Hugging Face cache (listed by localspec.download)."""
-    from localspec.download import cached_ggufs
-
-    return [
-        LocalModel(str(c.path), f"{c.repo_id}/{c.filename}", "hf-cache", c.size)
-        for c in cached_ggufs(hf_cache_dir)
-    ]
+def _label(origin: str, filename: str, repo_id: str | None) -> str:
+    """Store models by id (the file's stem), HF-cache files as repo/file, others by name."""
+    if origin == "store":
+        return Path(filename).stem
+    if origin == "hf-cache" and repo_id:
+        return f"{repo_id}/{filename}"
+    return filename
 
 
 def drafter_choices(target_path: str, candidates: Sequence[LocalModel]) -> list[DrafterChoice]:

@@ -27,9 +27,13 @@ def slow_engine() -> Engine:
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Never read the user's config or added-model registry (the model store stays shared)."""
+    """Never read the user's config, added-model registry or HF cache (the model store
+    stays shared)."""
+    from huggingface_hub import constants
+
     cfg = tmp_path_factory.mktemp("config")
     monkeypatch.setenv("LOCALSPEC_CONFIG_DIR", str(cfg))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
 
 
 async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,18 @@ def test_catalog_drafters_share_the_target_tokenizer() -> None:
     assert "qwen2.5-coder-0.5b-instruct" in ids
     assert all(not catalog.pair_problems(target, catalog.model(i)) for i in ids)
     assert not any(i.startswith("smollm2") for i in ids)
+
+
+@pytest.mark.models
+def test_local_models_include_paths_registered_with_models_add(smollm2_path: Path, tmp_path: Path) -> None:
+    from localspec.catalog import add_path
+
+    mine = tmp_path / "my-smol.gguf"
+    try:
+        os.link(smollm2_path, mine)  # a second name for the same bytes: a distinct path
+    except OSError:
+        shutil.copyfile(smollm2_path, mine)
+    assert not any(m.origin == "added" for m in choices.local_models())
+    add_path(mine)
+    added = [m for m in choices.local_models() if m.origin == "added"]
+    assert [(m.label, m.path) for m in added] == [("my-smol.gguf", str(mine.resolve()))]
