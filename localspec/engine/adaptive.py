@@ -10,9 +10,10 @@ catch-up batch after steps that did not use it) + the target's verify cost for k
 decoding (k = 0) is always a candidate, so on hardware where drafting does not pay the
 policy settles on it; after `probe_every` steps without the model drafter it drafts one
 or two tokens to notice when the text has become predictable again, doubling the interval
-after each probe that does not win the model drafter back (a probe also pays the
-drafter's catch-up over the skipped tokens, so on a CPU frequent probes would cost more
-than they find).
+after each probe that does not win the model drafter back. A probe also pays the
+drafter's catch-up over the skipped tokens, so it is only made once its predicted extra
+time is within PROBE_BUDGET of the time spent since the model drafter last ran: on a GPU
+that is every few steps, on a CPU a short reply is never slowed down by exploring.
 
 Cost models persist in the engine across requests (they describe the hardware);
 acceptance estimates carry over with reduced weight so a new request adapts quickly.
@@ -34,6 +35,8 @@ CARRY_OVER = 0.3
 """Weight kept from earlier requests' acceptance counts."""
 PRIOR_WEIGHT = 2.0
 MAX_PROBE_INTERVAL = 512
+PROBE_BUDGET = 0.03
+"""Share of generation time a re-probe of the model drafter may cost."""
 PRIORS = {"model": 0.7, "ngram2": 0.35, "ngram3": 0.5, "ngram4": 0.65}
 """Prior per-position acceptance; n-gram drafts are tracked by matched suffix length."""
 
@@ -102,18 +105,31 @@ class Acceptance:
             self.accepted[i] += 1.0
 
     def rate(self, i: int) -> float:
-        """Estimated conditional acceptance at position i (posterior mean)."""
-        r = self.reached[i] if i < len(self.reached) else 0.0
-        a = self.accepted[i] if i < len(self.accepted) else 0.0
-        if r <= 0 and i > 0:
-            return self.rate(i - 1)
-        return (a + PRIOR_WEIGHT * self.prior) / (r + PRIOR_WEIGHT)
+        """Estimated conditional acceptance at position i (posterior mean).
+
+        Position 0 shrinks toward the fixed prior; a later position shrinks toward the
+        estimate of the position before it. A policy that mostly drafts one token observes
+        only position 0, and a fixed prior behind it would keep every longer draft looking
+        worse than the evidence says (conditional acceptance rarely drops after a hit).
+        """
+        rates = self._rates(i + 1)
+        return rates[i]
+
+    def _rates(self, n: int) -> list[float]:
+        out: list[float] = []
+        prior = self.prior
+        for i in range(n):
+            r = self.reached[i] if i < len(self.reached) else 0.0
+            a = self.accepted[i] if i < len(self.accepted) else 0.0
+            prior = (a + PRIOR_WEIGHT * prior) / (r + PRIOR_WEIGHT)
+            out.append(prior)
+        return out
 
     def expected_tokens(self, k: int) -> float:
         """1 + expected accepted drafts out of k."""
         total, run = 1.0, 1.0
-        for i in range(k):
-            run *= self.rate(i)
+        for r in self._rates(k):
+            run *= r
             total += run
         return total
 
@@ -159,6 +175,7 @@ class AdaptivePolicy:
         self.probe_every = probe_every
         self._interval = max(probe_every, self.state.probe_interval)
         self._since_model = 0
+        self._time_since_model = 0.0
         self._probing = False
         self._context: Sequence[int] = ()
         self.last_choice = "none"
@@ -206,7 +223,7 @@ class AdaptivePolicy:
             sc = self._score(key, k)
             if sc > best_score:
                 best, best_score = ("ngram", k), sc
-        if model_ok and best[0] != "model" and self._since_model >= self._interval:
+        if model_ok and best[0] != "model" and self._probe_due(min(2, k_cap)):
             # re-probe: the text may have become predictable again
             self._probing = True
             return self._pick("model", min(2, k_cap))
@@ -216,6 +233,13 @@ class AdaptivePolicy:
             self._interval = self.probe_every if won else min(self._interval * 2, MAX_PROBE_INTERVAL)
             self.state.probe_interval = self._interval
         return self._pick(*best)
+
+    def _probe_due(self, k: int) -> bool:
+        """Enough steps and enough time since the model drafter last ran to afford a probe."""
+        if self._since_model < self._interval:
+            return False
+        extra = self._step_time("model", k) - self._step_time("none", 0)
+        return extra <= PROBE_BUDGET * self._time_since_model
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
         self.last_choice = name
@@ -233,8 +257,10 @@ class AdaptivePolicy:
             for n, sec in self.model.decode_log:
                 s.draft.observe(n, sec)
             self._since_model = 0
+            self._time_since_model = 0.0
         else:
             self._since_model += 1
+            self._time_since_model += t_draft_s + t_verify_s + s.overhead
         if drafter == "ngram":
             s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
         key = self._ngram_key(self.ngram.last_match) if drafter == "ngram" else drafter

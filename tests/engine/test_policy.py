@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.engine.adaptive import Acceptance, AdaptivePolicy, LinearCost, PolicyState
+from localspec.engine.adaptive import PROBE_BUDGET, Acceptance, AdaptivePolicy, LinearCost, PolicyState
 from localspec.engine.drafting import ModelDrafter
 from localspec.engine.fake import FakeBackend
 from localspec.engine.ngram import PromptLookupDrafter
@@ -56,6 +56,40 @@ def test_expected_tokens_matches_theory() -> None:
     assert acc.expected_tokens(g) == pytest.approx((1 - alpha ** (g + 1)) / (1 - alpha), rel=1e-4)
 
 
+def test_later_positions_follow_the_observed_first_one() -> None:
+    """A policy that drafts one token at a time only sees position 0; later positions must
+    not stay stuck at the prior (that kept n-gram drafts at k = 1 on summarization)."""
+    acc = Acceptance(0.65)
+    acc.observe(3, 3)
+    for _ in range(40):
+        acc.observe(1, 1)
+    assert acc.rate(0) > 0.9
+    assert acc.rate(1) > 0.9 and acc.rate(3) > 0.9
+    # and evidence at a later position still counts
+    for _ in range(40):
+        acc.observe(2, 1)
+    assert acc.rate(1) < 0.2 < 0.9 < acc.rate(0)
+
+
+def test_ngram_drafts_deep_after_single_token_hits() -> None:
+    """CPU costs (verify +0.4·t1 per token) and n-gram drafts that always hit at k = 1:
+    the policy must lengthen the draft, not stay at one token."""
+    context = list(range(10, 30)) + list(range(10, 14))
+    state = _state(0.083, 0.034, 0.044, 0.6)
+    acc = Acceptance(0.65)
+    acc.observe(3, 3)
+    for _ in range(40):
+        acc.observe(1, 1)
+    acc.reached = [v * 0.3 for v in acc.reached]  # _policy undoes the carry-over
+    acc.accepted = [v * 0.3 for v in acc.accepted]
+    state.acceptance["ngram4"] = acc
+    state.ngram_cost = 1e-5
+    p = _policy(state, context)
+    p.ngram.begin(context)
+    drafter, k = p.choose(8)
+    assert drafter.name == "ngram" and k >= 4
+
+
 def test_cpu_regime_picks_plain_decoding() -> None:
     """c·γ + b(γ) > expected tokens for every γ: the policy must choose γ = 0."""
     # this machine: 77 ms per token, +24 ms per extra verify token, drafter 44 ms/token, α = 0.6
@@ -86,20 +120,38 @@ def test_ngram_chosen_when_the_context_repeats() -> None:
 
 
 def test_reprobe_after_a_streak_without_the_model() -> None:
-    p = _policy(_state(0.077, 0.024, 0.044, 0.6), probe_every=3)
+    # cheap drafter, useless drafts (α = 0.01): plain wins, probes are cheap enough to make
+    p = _policy(_state(0.020, 0.0003, 0.0002, 0.01), probe_every=3)
     for _ in range(3):
         d, k = p.choose(8)
         assert k == 0
-        p.observe("none", 0, 0, 0.0, 0.077)
+        p.observe("none", 0, 0, 0.0, 0.020)
     d, k = p.choose(8)
     assert d.name == "model" and 1 <= k <= 2
-    p.observe("model", 2, 0, 0.1, 0.12)  # the probe found nothing: wait twice as long next time
+    p.observe("model", 2, 0, 0.0004, 0.0206)  # the probe found nothing: wait twice as long next time
     for _ in range(6):
         d, k = p.choose(8)
         assert k == 0, "probed again too early"
-        p.observe("none", 0, 0, 0.0, 0.077)
+        p.observe("none", 0, 0, 0.0, 0.020)
     d, k = p.choose(8)
     assert d.name == "model"
+
+
+def test_reprobe_waits_until_it_is_affordable() -> None:
+    """On this CPU a probe costs ~0.14 s more than a plain step: with a 3 % budget it waits
+    until ~4.5 s have passed without the model drafter (a 64-token reply never pays one)."""
+    p = _policy(_state(0.077, 0.024, 0.044, 0.6), probe_every=3)
+    extra = p._step_time("model", 2) - p._step_time("none", 0)
+    steps = []
+    for step in range(200):
+        d, k = p.choose(8)
+        if d.name == "model":
+            steps.append(step)
+            break
+        p.observe("none", 0, 0, 0.0, 0.077)
+    assert steps, "never re-probed"
+    assert steps[0] * 0.077 * PROBE_BUDGET >= extra * 0.98
+    assert (steps[0] - 1) * 0.077 * PROBE_BUDGET < extra
 
 
 class TestPromptLookup:
