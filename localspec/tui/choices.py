@@ -18,6 +18,7 @@ from localspec.errors import LocalSpecError
 
 if TYPE_CHECKING:
     from localspec.catalog import Catalog, CatalogFile
+    from localspec.catalog import LocalModel as CatalogLocalModel
     from localspec.hardware import HardwareReport
 
 log = logging.getLogger(__name__)
@@ -58,34 +59,38 @@ def describe_size(size: int) -> str:
 
 def added_model(path: str) -> LocalModel:
     """A user-given GGUF path as a LocalModel; ModelNotFoundError when it is not a file."""
-    from localspec.errors import ModelNotFoundError
-
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ModelNotFoundError(f"GGUF file not found: {path}. Check the path and try again.")
-    return LocalModel(str(p.resolve()), p.name, "added", p.stat().st_size)
+    return _offered(_added(path))
 
 
 def local_models(added: Sequence[str] = (), hf_cache_dir: str | None = None) -> list[LocalModel]:
     """Every loadable GGUF on this machine, as `localspec models list` sees it (installed
     store models, HF-cache GGUFs, paths registered with `localspec models add`), then the
     paths given here; one entry per real file."""
+    from localspec.catalog import merge_local
     from localspec.download import local_models as machine_models
 
-    found = [
-        LocalModel(str(m.path), _label(m.origin, m.filename, m.repo_id), m.origin, m.size)
-        for m in machine_models(hf_cache_dir)
-        if m.loadable and m.exists
-    ]
+    extra = []
     for path in added:
         try:
-            found.append(added_model(path))
+            extra.append(_added(path))
         except LocalSpecError as exc:
             log.info("skipping added path: %s", exc)
-    unique: dict[str, LocalModel] = {}
-    for model in found:
-        unique.setdefault(os.path.realpath(model.path), model)
-    return list(unique.values())
+    machine = [m for m in machine_models(hf_cache_dir) if m.loadable and m.exists]
+    return [_offered(m) for m in merge_local([machine, extra])]
+
+
+def _added(path: str) -> CatalogLocalModel:
+    from localspec.catalog import describe
+    from localspec.errors import ModelNotFoundError
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ModelNotFoundError(f"GGUF file not found: {path}. Check the path and try again.")
+    return describe(p.resolve(), "added", None)
+
+
+def _offered(m: CatalogLocalModel) -> LocalModel:
+    return LocalModel(str(m.path), _label(m.origin, m.filename, m.repo_id), m.origin, m.size)
 
 
 def _label(origin: str, filename: str, repo_id: str | None) -> str:
