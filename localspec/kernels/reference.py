@@ -67,7 +67,7 @@ def _probs_row(row: npt.NDArray[np.floating], params: SamplingParams) -> npt.NDA
         z = np.where(z >= kth, z, -np.inf)
     z -= z.max()
     w = np.exp(z)
-    probs = w / w.sum()
+    probs: npt.NDArray[np.float64] = w / w.sum()
     if params.top_p < 1.0:
         threshold = _top_p_threshold(probs, params.top_p)
         probs = np.where(probs >= threshold, probs, 0.0)
