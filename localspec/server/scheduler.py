@@ -1,8 +1,10 @@
 """One engine, one generation at a time, a bounded queue in front of it.
 
 The engine is synchronous: each admitted generation drains `engine.generate(...)` in its
-own worker thread and hands events to the event loop through an `asyncio.Queue`, so the
-loop never blocks. Requests beyond `max_queue` waiting ones are refused at once
+own worker thread and hands events to the event loop, so the loop never blocks. Events
+are handed over in batches: the worker wakes the loop once per burst (a speculative step
+emits up to γ+1 tokens at once), and the stream sends one chunk per batch, so the server's
+cost per token stays far below one target forward. Requests beyond `max_queue` waiting ones are refused at once
 (`QueueFullError` -> 429 with Retry-After). `Generation.cancel()` (client gone) stops the
 engine at its next speculative step (`engine.cancel()`), or after the current event if the
 generation had not reached the engine yet; the worker then closes the iterator, which
@@ -15,6 +17,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
@@ -53,7 +56,11 @@ class Generation:
         self._iterator = iterator
         self._loop = loop
         self._on_done = on_done
-        self._events: asyncio.Queue[object] = asyncio.Queue()
+        self._events: asyncio.Queue[list[object]] = asyncio.Queue()
+        self._pending: deque[object] = deque()
+        """Items put by the worker that the loop has not taken yet (guarded by `_hand_off`)."""
+        self._hand_off = threading.Lock()
+        self._wake_scheduled = False
         self._stop = threading.Event()
         self._guard = threading.Lock()
         self._finished = False
@@ -88,10 +95,24 @@ class Generation:
             self._engine.cancel()
 
     def _put(self, item: object) -> None:
+        """Hand `item` to the loop; wakes it only if no hand-off is already scheduled."""
+        with self._hand_off:
+            self._pending.append(item)
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._take)
         except RuntimeError:  # the loop is closed (server shutting down)
             self._stop.set()
+
+    def _take(self) -> None:
+        """On the loop: move everything the worker put so far into the events queue."""
+        with self._hand_off:
+            batch = list(self._pending)
+            self._pending.clear()
+            self._wake_scheduled = False
+        self._events.put_nowait(batch)
 
     def _work(self) -> None:
         try:
@@ -142,16 +163,28 @@ class Generation:
         finally:
             self._on_done()
 
+    async def batches(self) -> AsyncIterator[list[TokenEvent]]:
+        """The generation's events, in order, in the batches the worker handed over (each
+        non-empty); re-raises an engine failure after the events before it."""
+        while True:
+            batch: list[TokenEvent] = []
+            for item in await self._events.get():
+                if item is _END or isinstance(item, _Failed):
+                    if batch:
+                        yield batch
+                    if isinstance(item, _Failed):
+                        raise item.exc
+                    return
+                assert isinstance(item, TokenEvent)
+                batch.append(item)
+            if batch:
+                yield batch
+
     async def events(self) -> AsyncIterator[TokenEvent]:
         """The generation's events, in order; re-raises an engine failure."""
-        while True:
-            item = await self._events.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failed):
-                raise item.exc
-            assert isinstance(item, TokenEvent)
-            yield item
+        async for batch in self.batches():
+            for event in batch:
+                yield event
 
     async def wait_closed(self) -> None:
         """Wait until the worker thread has released the engine."""

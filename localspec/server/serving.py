@@ -3,7 +3,8 @@
 Order matters: the body is read with a size limit, parsed, validated (pydantic, then the
 engine's own eager checks in `engine.generate(...)`) *before* the request queues or a
 stream starts, so bad requests get a 4xx and never a broken stream. Streams are SSE
-(`data: {...}` lines, then `data: [DONE]`); a client that goes away cancels its
+(`data: {...}` lines, then `data: [DONE]`), one chunk per batch of tokens the engine
+emitted together (see scheduler); a client that goes away cancels its
 generation (sse-starlette cancels the body on disconnect; a non-streamed request has a
 watcher on the connection).
 """
@@ -214,14 +215,15 @@ class Serving:
                 gen.cancel()
 
     def _chat_stream(self, gen: Generation, rid: str, created: int, model: str,
-                     include_usage: bool) -> AsyncIterator[str]:
+                     include_usage: bool) -> AsyncIterator[bytes]:
         async def chunks() -> AsyncIterator[str]:
             yield _dumps(R.chat_chunk(rid, created, model, {"role": "assistant", "content": ""}))
             n = 0
-            async for ev in gen.events():
-                n += ev.token_id >= 0
-                if ev.text:
-                    yield _dumps(R.chat_chunk(rid, created, model, {"content": ev.text}))
+            async for batch in gen.batches():
+                n += sum(ev.token_id >= 0 for ev in batch)
+                text = "".join(ev.text for ev in batch)
+                if text:
+                    yield _dumps(R.chat_chunk(rid, created, model, {"content": text}))
             extra = {} if include_usage else {"speculative": R.speculative(gen.stats)}
             yield _dumps(R.chat_chunk(rid, created, model, {}, gen.finish_reason or "stop", **extra))
             if include_usage:
@@ -230,13 +232,14 @@ class Serving:
         return self._guarded(gen, chunks())
 
     def _text_stream(self, gen: Generation, rid: str, created: int, model: str,
-                     include_usage: bool) -> AsyncIterator[str]:
+                     include_usage: bool) -> AsyncIterator[bytes]:
         async def chunks() -> AsyncIterator[str]:
             n = 0
-            async for ev in gen.events():
-                n += ev.token_id >= 0
-                if ev.text:
-                    yield _dumps(R.text_chunk(rid, created, model, ev.text))
+            async for batch in gen.batches():
+                n += sum(ev.token_id >= 0 for ev in batch)
+                text = "".join(ev.text for ev in batch)
+                if text:
+                    yield _dumps(R.text_chunk(rid, created, model, text))
             extra = {} if include_usage else {"speculative": R.speculative(gen.stats)}
             yield _dumps(R.text_chunk(rid, created, model, "", gen.finish_reason or "stop", **extra))
             if include_usage:

@@ -139,6 +139,34 @@ class TestGenerationQueue:
         assert queue.running == 0 and not engine.busy
 
 
+    async def test_tokens_emitted_together_arrive_as_one_batch(self) -> None:
+        from localspec.types import TokenEvent, TokenSource
+
+        burst_done, go = threading.Event(), threading.Event()
+
+        def steps():  # two speculative steps: 3 tokens, then 2 tokens and the end
+            for i in range(3):
+                yield TokenEvent(i, f"t{i} ", TokenSource.ACCEPTED, 0)
+            burst_done.set()
+            go.wait(5)
+            for i in range(3, 5):
+                yield TokenEvent(i, f"t{i} ", TokenSource.ACCEPTED, 1)
+            yield TokenEvent(-1, "", TokenSource.BONUS, 1, finish_reason="length")
+
+        queue = GenerationQueue(slow_engine(), max_queue=1)
+        gen = await queue.start(steps())
+        assert burst_done.wait(5)  # blocks the loop: the whole first step is put before it runs
+        batches = gen.batches()
+        first = await anext(batches)
+        go.set()
+        rest = [b async for b in batches]
+        assert [ev.token_id for ev in first] == [0, 1, 2]
+        assert [[ev.token_id for ev in b] for b in rest] in ([[3, 4, -1]], [[3], [4, -1]], [[3, 4], [-1]],
+                                                             [[3], [4], [-1]])
+        assert gen.finish_reason == "length"
+        await gen.wait_closed()
+
+
 def test_engine_failure_mid_stream_is_an_error_event(make_server, monkeypatch: pytest.MonkeyPatch) -> None:
     srv = make_server()
     engine = srv.engine
