@@ -3,10 +3,10 @@
 The engine is synchronous: each admitted generation drains `engine.generate(...)` in its
 own worker thread and hands events to the event loop, so the loop never blocks. Events
 are handed over in batches: the worker wakes the loop once per burst (a speculative step
-emits up to γ+1 tokens at once), and the stream sends one chunk per batch, so the server's
-cost per token stays far below one target forward. Requests beyond `max_queue` waiting ones are refused at once
-(`QueueFullError` -> 429 with Retry-After). `Generation.cancel()` (client gone) stops the
-engine at its next speculative step (`engine.cancel()`), or after the current event if the
+emits up to γ+1 tokens at once), and the stream sends one chunk per batch. Requests
+beyond `max_queue` waiting ones are refused at once (`QueueFullError` -> 429 with
+Retry-After). `Generation.cancel()` (client gone) stops the engine at its next
+speculative step (`engine.cancel()`), or after the current event if the
 generation had not reached the engine yet; the worker then closes the iterator, which
 releases the engine, and only then is the next request admitted.
 """

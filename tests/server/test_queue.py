@@ -138,7 +138,6 @@ class TestGenerationQueue:
         await asyncio.sleep(0.05)
         assert queue.running == 0 and not engine.busy
 
-
     async def test_tokens_emitted_together_arrive_as_one_batch(self) -> None:
         from localspec.types import TokenEvent, TokenSource
 
