@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 DRAFTER_KINDS = ("model", "ngram", "none", "adaptive")
 """Drafting policies: the model drafter, prompt lookup, plain decoding, or chosen per step."""
 
+NUMERICS_MODES = ("exact", "fast")
+"""How the target computes: `exact` = batch-invariant kernels (a row's logits do not depend on
+how many rows share its batch, so greedy speculative output is bit-identical to plain
+decoding); `fast` = llama.cpp's fastest kernels (outputs may part from plain decoding where
+the target's own batched and one-row evaluations disagree)."""
+
 
 class TokenSource(enum.Enum):
     """Where an emitted token came from (vocabulary of arXiv 2211.17192 / vLLM)."""
@@ -42,6 +48,8 @@ class ModelSpec:
     """CPU threads (`-t`); None = physical cores."""
     flash_attn: bool | None = None
     """Flash attention (`-fa`); None = llama.cpp's automatic choice."""
+    numerics: str = "exact"
+    """One of NUMERICS_MODES (`--numerics`)."""
     name: str | None = None
     """Display name; defaults to the file name."""
 

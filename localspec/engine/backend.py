@@ -22,6 +22,8 @@ class ModelBackend(Protocol):
     n_vocab: int
     n_ctx: int
     tokens: list[int]
+    numerics: str
+    """The numerics mode this model really runs in (`exact` or `fast`, types.NUMERICS_MODES)."""
     t_decode_s: float
     """Cumulative seconds spent inside the model's decode call (for overhead accounting)."""
 

@@ -39,6 +39,7 @@ class FakeBackend:
         self.name = name
         self.n_vocab = N_VOCAB
         self.n_ctx = n_ctx
+        self.numerics = "exact"  # a lookup table: every row is computed the same way
         self.script = script.encode("utf-8")
         self.error_rate = error_rate
         self.confidence = confidence

@@ -18,9 +18,9 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from localspec.errors import ContextOverflowError, ModelLoadError, ModelNotFoundError
+from localspec.errors import ContextOverflowError, InvalidRequestError, ModelLoadError, ModelNotFoundError
 from localspec.hardware import cpu_has_amx
-from localspec.types import ModelSpec
+from localspec.types import NUMERICS_MODES, ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,32 @@ def llama_cpp_version() -> str:
     return str(getattr(llama_cpp, "__version__", "unknown"))
 
 
+def build_has_amx() -> bool:
+    """True when this llama.cpp build compiled its AMX kernels (a native build on an AMX CPU)."""
+    info = llama_cpp.llama_print_system_info()
+    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+    return "AMX_INT8 = 1" in text
+
+
+def use_extra_buffers(numerics: str) -> bool:
+    """Whether to let llama.cpp place weights in its CPU "extra" buffer types.
+
+    Those repack Q4_K/Q6_K/... weights for gemm kernels that compute a row differently when
+    it shares a batch with others than when it is alone (gemv): a verify batch of γ+1 rows
+    then gives other logits than one-row decoding, by enough to flip the argmax. `exact`
+    keeps plain buffers, where every row is one dot product per weight row whatever the
+    batch. `fast` uses them, except where they crash: llama.cpp's AMX buffer type segfaults
+    in ggml_backend_amx_mul_mat (llama.cpp #20824) when the build has AMX kernels and the
+    CPU runs them.
+    """
+    if numerics not in NUMERICS_MODES:
+        raise InvalidRequestError(f"numerics must be one of {', '.join(NUMERICS_MODES)}, got {numerics!r}",
+                                  param="numerics")
+    if numerics == "exact":
+        return False
+    return not (cpu_has_amx() and build_has_amx())
+
+
 def gpu_offload_supported() -> bool:
     """True when this llama.cpp build can offload layers to a GPU."""
     return bool(llama_cpp.llama_supports_gpu_offload())
@@ -78,10 +104,8 @@ class LlamaCppBackend:
         self.name = spec.display_name
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = spec.n_gpu_layers if spec.n_gpu_layers >= 0 else 999
-        if cpu_has_amx():
-            # llama.cpp's AMX buffer type segfaults in ggml_backend_amx_mul_mat on these
-            # CPUs (llama.cpp #20824); plain CPU buffers work with any build.
-            mparams.use_extra_bufts = False
+        self.numerics = spec.numerics
+        mparams.use_extra_bufts = use_extra_buffers(spec.numerics)
         self._model = llama_cpp.llama_model_load_from_file(spec.path.encode(), mparams)
         if not self._model:
             raise ModelLoadError(

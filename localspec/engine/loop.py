@@ -178,7 +178,8 @@ class Engine:
     def _loop(self, p: Prepared) -> Iterator[TokenEvent]:
         target, params, rng = self.target, p.params, np.random.default_rng(p.seed)
         policy = self._policy(p)
-        stats = self._stats = SpecStats(kernel=self._acceptor.name, drafter=policy.name, num_requests=1)
+        stats = self._stats = SpecStats(kernel=self._acceptor.name, drafter=policy.name, num_requests=1,
+                                        numerics=target.numerics)
         context = list(p.prompt_tokens)
         stats.num_prompt_tokens = len(context)
         t0 = time.perf_counter()

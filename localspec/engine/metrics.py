@@ -48,6 +48,8 @@ class SpecStats:
     t_decode_draft_s: float = 0.0
     """Seconds inside llama_decode on the drafter during the loop."""
     kernel: str = ""
+    numerics: str = ""
+    """Numerics mode the target ran in (exact / fast, see types.NUMERICS_MODES)."""
     drafter: str = ""
     gamma: int = 0
     """Draft length used by the last step."""
@@ -139,6 +141,7 @@ class SpecStats:
         for name, v in other.drafter_counts.items():
             self.drafter_counts[name] = self.drafter_counts.get(name, 0) + v
         self.kernel = other.kernel or self.kernel
+        self.numerics = other.numerics or self.numerics
         self.drafter = other.drafter or self.drafter
         self.gamma = other.gamma
         self.finish_reason = other.finish_reason
