@@ -13,7 +13,7 @@ PKG = Path(__file__).resolve().parents[1] / "localspec"
 
 LAYERS: dict[str, int] = {
     "localspec": 0, "localspec.__main__": 3, "localspec.errors": 0, "localspec.types": 0,
-    "localspec.paths": 0,
+    "localspec.paths": 0, "localspec.gpus": 1,
     "localspec.config": 1, "localspec.hardware": 1, "localspec.catalog": 1, "localspec.kernels": 1,
     "localspec.gguf_info": 1, "localspec.compat": 1, "localspec.store": 1, "localspec.prompts": 1, "localspec.theory": 1,
     "localspec.engine": 2, "localspec.recommend": 2, "localspec.download": 2,
