@@ -1,9 +1,12 @@
 """Catalog data: known families, Hub repos, GGUF files per quantization, sizes,
-architecture figures for KV-cache sizing, and tokenizer identities (models/catalog.toml).
+architecture figures (KV-cache sizing; dense, MoE with active parameters, hybrid recurrent
+layers, built-in MTP layers), tokenizer identities and the drafters made for each target
+(models/catalog.toml).
 
 Every figure carries its provenance (`source`): "measured" (computed here from a local
 file), "model card" (as published upstream, not checked here), "estimated" (computed, e.g.
-params × bits per weight) or "hub YYYY-MM-DD" (written by `localspec models refresh`).
+params × bits per weight) or "hub YYYY-MM-DD" (written by `localspec models refresh`); `ref`
+gives the address the figures were read from.
 `models refresh` writes a user copy (`user_catalog_path()`) that overrides the packaged one.
 
 Pair compatibility uses THE rule of `compat.pair_problems` on VocabInfo records built from
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localspec.catalog.drafters import CatalogDrafter, parse_drafter
 from localspec.compat import pair_problems
 from localspec.errors import LocalSpecError, ModelNotFoundError
 from localspec.paths import data_dir, packaged
@@ -31,7 +35,8 @@ from localspec.types import VocabInfo
 
 log = logging.getLogger(__name__)
 
-SCHEMA = 1
+SCHEMA = 2
+"""2: MoE/hybrid/MTP architecture fields, family chat-template facts, [[drafter]] records."""
 KV_BYTES_PER_ELEMENT = 2
 """llama.cpp's default KV cache type is f16."""
 
@@ -77,6 +82,8 @@ class CatalogFile:
     """Hub repo holding the file ("" for files only the offline store carries)."""
     offline: str | None = None
     """Id in models/offline.toml when the local store can install this exact file."""
+    parts: int = 1
+    """Split GGUF: `file` is the first of `parts` files and `size` is their total."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,54 @@ class CatalogModel:
     """Sliding-window size of local attention layers (Gemma 3), 0 = every layer global."""
     swa_pattern: int = 0
     """Every `swa_pattern`-th layer is global when sliding_window > 0."""
+    active_params: float = 0.0
+    """Parameters one token reads: a MoE's shared part plus the experts it is routed to (0 = params)."""
+    n_expert: int = 0
+    """Routed experts per MoE layer (0 = dense)."""
+    n_expert_used: int = 0
+    """Experts each token is routed to (top-k)."""
+    expert_params: float = 0.0
+    """Parameters of all routed experts together (the part a verify batch reads more of)."""
+    n_layer_kv: int = 0
+    """Layers with a KV cache (0 = all): a hybrid keeps one only on its attention layers."""
+    recurrent_layers: int = 0
+    """Layers with a recurrent state (Gated DeltaNet): a suffix of it cannot be dropped."""
+    mtp_layers: int = 0
+    """Multi-token-prediction (nextn) layers trained into the model, usable as a drafter."""
+    ref: str = ""
+    """Address the architecture figures were read from."""
+
+    @property
+    def active(self) -> float:
+        """Parameters read per decoded token (= params for a dense model)."""
+        return self.active_params or self.params
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.n_expert > 0
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layers keep a recurrent state instead of a KV cache."""
+        return self.recurrent_layers > 0
+
+    @property
+    def arch_kind(self) -> str:
+        """"dense", "MoE", "hybrid" or "hybrid MoE"."""
+        kind = "MoE" if self.is_moe else "dense"
+        return f"hybrid {kind}" if self.is_hybrid and self.is_moe else ("hybrid" if self.is_hybrid else kind)
+
+    def describe_arch(self) -> str:
+        """"MoE 35B, 3B active · hybrid (10/40 attention layers) · 1 MTP layer"."""
+        size = f"{self.params / 1e9:.3g}B"
+        parts = [f"MoE {size}, {self.active / 1e9:.3g}B active ({self.n_expert_used}/{self.n_expert} experts)"
+                 if self.is_moe else f"dense {size}"]
+        if self.is_hybrid:
+            parts.append(f"hybrid ({self.n_layer - self.recurrent_layers}/{self.n_layer} attention layers)")
+        if self.mtp_layers:
+            parts.append(f"{self.mtp_layers} MTP layer{'s' if self.mtp_layers > 1 else ''}")
+        return " · ".join(parts)
 
     def file_for(self, quant: str) -> CatalogFile:
         """The file at `quant` (case-insensitive), or ModelNotFoundError listing the known ones."""
@@ -114,10 +169,14 @@ class CatalogModel:
     def kv_bytes(self, n_ctx: int, n_layers: int | None = None) -> int:
         """f16 K+V cache bytes at `n_ctx` tokens for `n_layers` layers (default all).
 
-        Sliding-window layers hold min(n_ctx, window) positions (llama.cpp's iSWA cache).
+        Sliding-window layers hold min(n_ctx, window) positions (llama.cpp's iSWA cache); a
+        hybrid's cache sits on its attention layers only, so `n_layers` of its layers hold
+        that share of it.
         """
         layers = self.n_layer if n_layers is None else n_layers
         per_pos = 2 * self.n_head_kv * self.head_dim * KV_BYTES_PER_ELEMENT
+        if self.n_layer_kv and self.n_layer_kv < self.n_layer:
+            return int(per_pos * self.n_layer_kv * n_ctx * layers / self.n_layer)
         if self.sliding_window and self.swa_pattern:
             n_global = math.ceil(layers / self.swa_pattern)
             n_local = layers - n_global
@@ -135,6 +194,11 @@ class Family:
     tasks: tuple[str, ...]
     license: str
     arch: str
+    template: str = ""
+    """Chat template in the GGUF (what it expects: roles, thinking switch)."""
+    tools: bool = False
+    """The template renders tool definitions and tool calls."""
+    ref: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +212,8 @@ class Catalog:
     """Where it was read from (packaged file or the user copy)."""
     raw: dict[str, Any]
     """The parsed TOML (what `models refresh` edits and writes back)."""
+    drafters: tuple[CatalogDrafter, ...] = ()
+    """Drafters made for particular targets (MTP files, EAGLE-3, DFlash, DSpark)."""
 
     def model(self, model_id: str) -> CatalogModel:
         """The model called `model_id` (ModelNotFoundError lists close matches)."""
@@ -263,14 +329,17 @@ def parse_catalog(data: dict[str, Any], origin: str) -> Catalog:
         families = {
             f["id"]: Family(
                 id=f["id"], name=f["name"], tokenizer=f["tokenizer"], tasks=tuple(f["tasks"]),
-                license=f.get("license", ""), arch=f["arch"],
+                license=f.get("license", ""), arch=f["arch"], template=f.get("template", ""),
+                tools=bool(f.get("tools", False)), ref=f.get("ref", ""),
             )
             for f in data["family"]
         }
         models = tuple(_parse_model(m, families, tokenizers) for m in data["model"])
+        ids = {m.id for m in models}
+        drafters = tuple(x for d in data.get("drafter", ()) if (x := parse_drafter(d, ids)) is not None)
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogError(f"catalog {origin} is malformed: {exc!r}") from exc
-    return Catalog(tokenizers, families, models, origin, data)
+    return Catalog(tokenizers, families, models, origin, data, drafters)
 
 
 def _parse_model(m: dict[str, Any], families: dict[str, Family], tokenizers: dict[str, TokenizerInfo]) -> CatalogModel:
@@ -281,7 +350,7 @@ def _parse_model(m: dict[str, Any], families: dict[str, Family], tokenizers: dic
     files = tuple(
         CatalogFile(
             quant=f["quant"], file=f["file"], size=int(f["size"]), sha256=f.get("sha256", ""),
-            source=f["source"], repo=f.get("repo", m["repo"]), offline=f.get("offline"),
+            source=f["source"], repo=f.get("repo", m["repo"]), offline=f.get("offline"), parts=int(f.get("parts", 1)),
         )
         for f in m["files"]
     )
@@ -291,5 +360,8 @@ def _parse_model(m: dict[str, Any], families: dict[str, Family], tokenizers: dic
         n_head=int(m["n_head"]), n_head_kv=int(m["n_head_kv"]), head_dim=int(m["head_dim"]),
         n_ctx_train=int(m["n_ctx_train"]), n_vocab=int(m.get("n_vocab", tokenizers[tok_id].n_vocab)),
         source=m["source"], files=files, sliding_window=int(m.get("sliding_window", 0)),
-        swa_pattern=int(m.get("swa_pattern", 0)),
+        swa_pattern=int(m.get("swa_pattern", 0)), active_params=float(m.get("active_params", 0.0)),
+        n_expert=int(m.get("n_expert", 0)), n_expert_used=int(m.get("n_expert_used", 0)),
+        expert_params=float(m.get("expert_params", 0.0)), n_layer_kv=int(m.get("n_layer_kv", 0)),
+        recurrent_layers=int(m.get("recurrent_layers", 0)), mtp_layers=int(m.get("mtp_layers", 0)), ref=m.get("ref", ""),
     )

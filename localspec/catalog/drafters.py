@@ -1,0 +1,148 @@
+"""Which drafters fit a target: small same-family models, the target's own MTP layers,
+and drafters trained for it (EAGLE-3 heads, DFlash and DSpark block drafters).
+
+Drafter kinds the engine cannot run yet are data: they are listed, marked "not yet runnable
+in localspec" with the reason, and never offered as a runnable pair. What the engine runs is
+`localspec.types.DRAFTER_KINDS` ("model", "ngram", "none", "adaptive"); a small-model drafter
+is runnable only when neither model keeps a recurrent state, because a rejected draft must be
+dropped from both caches and llama.cpp cannot drop a suffix of a Gated DeltaNet state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from localspec.types import DRAFTER_KINDS
+
+if TYPE_CHECKING:
+    from localspec.catalog.model import Catalog, CatalogModel
+
+MAX_DRAFT_SHARE = 1 / 3
+"""A small-model drafter has at most a third of the target's parameters, and reads at most a
+third of what the target reads per token (beyond that its cost c eats the gain)."""
+
+KINDS = ("model", "mtp", "eagle3", "dflash", "dspark")
+"""Drafter kinds the catalog knows, in display order."""
+KIND_LABELS = {"model": "small model", "mtp": "MTP", "eagle3": "EAGLE-3", "dflash": "DFlash", "dspark": "DSpark"}
+BLOCK_KINDS = ("dflash", "dspark")
+"""Kinds that draft a whole block in one forward pass (cost per step, not per token)."""
+NOT_RUNNABLE = "not yet runnable in localspec"
+
+
+@dataclass(frozen=True)
+class CatalogDrafter:
+    """A drafter trained for particular targets (a `[[drafter]]` record of the catalog)."""
+
+    id: str
+    kind: str
+    """One of KINDS other than "model"."""
+    name: str
+    targets: tuple[str, ...]
+    """Catalog ids of the models it drafts for."""
+    repo: str
+    params: float
+    """Parameters read per draft forward: per token for mtp/eagle3, per block for dflash/dspark."""
+    source: str
+    file: str = ""
+    """GGUF file in `repo` when one exists ("" = safetensors only, or built into the target's file)."""
+    size: int = 0
+    block_size: int = 0
+    """Tokens one forward drafts (dflash/dspark)."""
+    ref: str = ""
+    note: str = ""
+
+
+def parse_drafter(d: dict[str, Any], model_ids: set[str]) -> CatalogDrafter | None:
+    """A CatalogDrafter from its TOML table, keeping the targets this catalog has (None when it
+    has none of them: a trimmed catalog); ValueError for an unknown kind."""
+    kind = d["kind"]
+    if kind not in KINDS or kind == "model":
+        raise ValueError(f"drafter {d['id']} has kind {kind!r}; one of {', '.join(KINDS[1:])}")
+    targets = tuple(t for t in d["targets"] if t in model_ids)
+    if not targets:
+        return None
+    return CatalogDrafter(
+        id=d["id"], kind=kind, name=d["name"], targets=targets, repo=d["repo"],
+        params=float(d["params"]), source=d["source"], file=d.get("file", ""), size=int(d.get("size", 0)),
+        block_size=int(d.get("block_size", 0)), ref=d.get("ref", ""), note=d.get("note", ""),
+    )
+
+
+@dataclass(frozen=True)
+class DrafterOption:
+    """One drafter for one target, runnable or not."""
+
+    kind: str
+    id: str
+    """Catalog model id (kind "model"), a drafter record id, or "<target>:mtp" for built-in MTP."""
+    label: str
+    repo: str
+    params: float
+    """Parameters read per draft forward (see CatalogDrafter.params)."""
+    runnable: bool
+    why_not: str
+    """Why localspec cannot run it ("" when it can)."""
+    source: str
+    block_size: int = 0
+    note: str = ""
+
+    @property
+    def kind_label(self) -> str:
+        """"MTP", "EAGLE-3", "small model"."""
+        return KIND_LABELS.get(self.kind, self.kind)
+
+    @property
+    def status(self) -> str:
+        """"runnable" or "not yet runnable in localspec: <reason>"."""
+        return "runnable" if self.runnable else f"{NOT_RUNNABLE}: {self.why_not}"
+
+
+def _recurrent_reason(models: list[CatalogModel]) -> str:
+    stuck = [m.name for m in models if m.is_hybrid]
+    if not stuck:
+        return ""
+    return (f"{' and '.join(stuck)} keep{'s' if len(stuck) == 1 else ''} a recurrent (Gated DeltaNet) state "
+            "that cannot drop rejected draft tokens")
+
+
+def mtp_draft_params(model: CatalogModel) -> float:
+    """Parameters one MTP draft token reads: the nextn layer(s) plus the output head (estimated:
+    an average layer of the active parameters, the output head as n_vocab x n_embd)."""
+    head = model.n_vocab * model.n_embd
+    per_layer = max(0.0, model.active - 2 * head) / model.n_layer
+    return model.mtp_layers * per_layer + head
+
+
+def drafter_options(catalog: Catalog, target: CatalogModel) -> list[DrafterOption]:
+    """Every drafter the catalog knows for `target`: runnable ones first, then by kind."""
+    options: list[DrafterOption] = []
+    for d in catalog.models:
+        small = d.params <= target.params * MAX_DRAFT_SHARE and d.active <= target.active * MAX_DRAFT_SHARE
+        if d.id == target.id or not small or catalog.pair_problems(target, d):
+            continue
+        reason = _recurrent_reason([target, d])
+        options.append(DrafterOption(
+            kind="model", id=d.id, label=d.name, repo=d.repo, params=d.active, runnable="model" in DRAFTER_KINDS
+            and not reason, why_not=reason, source=f"same tokenizer as {target.name} (catalog)",
+        ))
+    records = [r for r in catalog.drafters if target.id in r.targets]
+    for r in records:
+        options.append(DrafterOption(
+            kind=r.kind, id=r.id, label=f"{KIND_LABELS[r.kind]} {r.name}", repo=r.repo, params=r.params,
+            runnable=r.kind in DRAFTER_KINDS, why_not=f"the {KIND_LABELS[r.kind]} drafter is being built",
+            source=r.ref or r.source, block_size=r.block_size, note=r.note,
+        ))
+    if target.mtp_layers and not any(r.kind == "mtp" for r in records):
+        options.append(DrafterOption(
+            kind="mtp", id=f"{target.id}:mtp", label=f"MTP (built in, {target.mtp_layers} layer)", repo=target.repo,
+            params=mtp_draft_params(target), runnable="mtp" in DRAFTER_KINDS,
+            why_not="the MTP drafter is being built", source=target.ref or target.source,
+            note="needs a GGUF that keeps the nextn layers",
+        ))
+    return sorted(options, key=lambda o: (not o.runnable, KINDS.index(o.kind), o.params))
+
+
+def runnable_model_drafters(catalog: Catalog, target: CatalogModel) -> list[CatalogModel]:
+    """Catalog models the engine can use as drafters for `target` (kind "model", runnable)."""
+    return [catalog.model(o.id) for o in drafter_options(catalog, target) if o.kind == "model" and o.runnable]
