@@ -3,9 +3,11 @@
 Memory: GGUF weights + f16 KV cache at the context for both models + compute buffers + one
 CUDA context. When the target does not fit in VRAM next to the drafter, as many target layers
 as fit go to the GPU (llama.cpp `-ngl`) and the rest run from RAM.
-Speed: decoding is memory-bound, so one token costs a fixed per-layer overhead plus the bytes
-read divided by the effective bandwidth of where they sit (GPU or CPU). Every constant here is
-an estimate with its reason; `localspec recommend --measure` replaces α, c and b by measured ones.
+Speed: localspec.recommend.speed (memory-bound decode that follows active parameters, plus a
+fixed launch cost per layer). The GPU is the probed one, a card named with `--gpu` (the table
+in models/gpus.toml), or with `--vram` alone the typical card of that memory size. Every
+constant is an estimate with its reason; `localspec recommend --measure` replaces α, c and b by
+measured ones.
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ import math
 from dataclasses import dataclass
 
 from localspec.catalog import CatalogFile, CatalogModel
+from localspec.gpus import find_gpu, gpu_for_vram, match_probed
 from localspec.hardware import HardwareReport
+from localspec.recommend.speed import (
+    CPU_BANDWIDTH,
+    CPU_BATCH_SLOPE,
+    CPU_BYTES_PER_S_PER_CORE,
+    CPU_EFFICIENCY,
+    DRAFT_STEP_OVERHEAD_S,
+    GPU_BATCH_SLOPE,
+    TokenTime,
+    token_time,
+)
 
 GIB = 1 << 30
 CUDA_CONTEXT_BYTES = 400 << 20
@@ -26,20 +39,7 @@ RAM_USABLE_FRACTION = 0.85
 N_UBATCH = 512
 """llama.cpp's default micro-batch: sizes the compute buffer."""
 DEFAULT_GPU_BANDWIDTH = 450e9
-"""When NVML does not give bus width and clock (e.g. --vram without a GPU): a mid-range card."""
-GPU_EFFICIENCY = 0.75
-"""Share of peak memory bandwidth llama.cpp's decode kernels reach (estimated)."""
-GPU_LAYER_OVERHEAD_S = 50e-6
-"""Per-layer kernel-launch cost of one decode step on a GPU (estimated; dominates tiny drafters)."""
-CPU_BANDWIDTH = 40e9
-"""Desktop dual-channel DDR4/DDR5 peak (estimated)."""
-CPU_EFFICIENCY = 0.6
-CPU_BYTES_PER_S_PER_CORE = 7.2e9
-"""Measured here: Qwen2.5-Coder-1.5B Q4_K_M (1.12 GB) decodes at 13.0 t/s on 2 cores."""
-GPU_BATCH_SLOPE = 0.02
-"""b(γ) = 1 + 0.02γ on a GPU: a small verify batch costs about one token (memory-bound; estimated)."""
-CPU_BATCH_SLOPE = 0.3
-"""b(γ) = 1 + 0.3γ on the CPU: measured here, batch of 5 = 2.13×, batch of 9 = 3.48× one token."""
+"""Last resort when a probed GPU reports no bus width or clock and is not in the GPU table."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Budget:
     cpu_bytes_per_s: float
     """Effective CPU decode throughput in weight bytes per second."""
     source: str
-    """Where the figures came from ("NVML", "--vram 24", "no GPU: ...")."""
+    """Where the figures came from ("NVML: ...", "--gpu RTX 4090 ...", "--vram 24: assuming ...")."""
 
     @property
     def has_gpu(self) -> bool:
@@ -63,19 +63,42 @@ class Budget:
         return self.vram_bytes > 0
 
 
-def budget_from(report: HardwareReport, vram_gb: float | None = None, ram_gb: float | None = None) -> Budget:
-    """A Budget from the probe, with --vram / --ram (GiB, as cards and DIMMs are sold) overriding it."""
+def budget_from(report: HardwareReport, vram_gb: float | None = None, ram_gb: float | None = None,
+                gpu_name: str | None = None) -> Budget:
+    """A Budget from the probe; `gpu_name` plans for a card from the GPU table, `vram_gb` /
+    `ram_gb` (GiB, as cards and DIMMs are sold) override the memory sizes.
+
+    With `vram_gb` and no GPU (probed or named), the bandwidth is that of the typical card of
+    the size (gpus.gpu_for_vram) and `source` says which card was assumed."""
     gpu = report.best_gpu
     cores = max(1, report.cpu_cores_physical)
     cpu_bps = min(CPU_BANDWIDTH * CPU_EFFICIENCY, CPU_BYTES_PER_S_PER_CORE * cores)
     ram = int(ram_gb * GIB) if ram_gb is not None else report.ram_available_bytes
+    if gpu_name is not None:
+        spec = find_gpu(gpu_name, vram_gb)
+        vram = int(vram_gb * GIB) if vram_gb is not None else spec.vram_bytes
+        return Budget(vram, ram, spec.name, spec.bandwidth_bytes_s, cpu_bps,
+                      f"--gpu {spec.name}: {vram / GIB:g} GiB, {spec.bandwidth_gbs:g} GB/s (GPU table)")
     if vram_gb is not None:
-        bw = gpu.memory_bandwidth_bytes_s if gpu and gpu.memory_bandwidth_bytes_s else DEFAULT_GPU_BANDWIDTH
-        return Budget(int(vram_gb * GIB), ram, gpu.name if gpu else None, bw, cpu_bps, f"--vram {vram_gb:g}")
+        if gpu is not None:
+            bw = _probed_bandwidth(gpu.name, gpu.vram_total_bytes, gpu.memory_bandwidth_bytes_s)
+            return Budget(int(vram_gb * GIB), ram, gpu.name, bw, cpu_bps, f"--vram {vram_gb:g} on {gpu.name}")
+        spec = gpu_for_vram(vram_gb)
+        return Budget(int(vram_gb * GIB), ram, None, spec.bandwidth_bytes_s, cpu_bps,
+                      f"--vram {vram_gb:g}: assuming a {spec.name}-class card ({spec.bandwidth_gbs:g} GB/s); "
+                      "--gpu names the card")
     if gpu is None:
         return Budget(0, ram, None, 0.0, cpu_bps, report.gpu_error or "no NVIDIA GPU found")
-    bw = gpu.memory_bandwidth_bytes_s or DEFAULT_GPU_BANDWIDTH
+    bw = _probed_bandwidth(gpu.name, gpu.vram_total_bytes, gpu.memory_bandwidth_bytes_s)
     return Budget(gpu.vram_total_bytes, ram, gpu.name, bw, cpu_bps, f"NVML: {gpu.name}")
+
+
+def _probed_bandwidth(name: str, vram_bytes: int, nvml_bandwidth: float | None) -> float:
+    """NVML's bus width x clock, else the GPU table's figure for the card, else a default."""
+    if nvml_bandwidth:
+        return nvml_bandwidth
+    spec = match_probed(name, vram_bytes)
+    return spec.bandwidth_bytes_s if spec else DEFAULT_GPU_BANDWIDTH
 
 
 def compute_buffer_bytes(model: CatalogModel) -> int:
@@ -102,48 +125,55 @@ class Placement:
     """b(γ) = 1 + slope·γ for this placement (time-weighted GPU/CPU mix)."""
     target_all_gpu_token_s: float
     """What a target token would cost fully on the GPU (for the offload cost line)."""
+    target_time: TokenTime | None = None
+    """The target's step split into launches, GPU reads and CPU time (for b(γ))."""
 
 
-def _token_s(model: CatalogModel, size: int, gpu_layers: int, budget: Budget) -> tuple[float, float]:
-    """(seconds per token, share of that time on the CPU) with `gpu_layers` layers on the GPU."""
-    per_layer = size / (model.n_layer + 1)  # embeddings + output count as one more layer
-    gpu_bytes = per_layer * gpu_layers if budget.has_gpu else 0.0
-    cpu_bytes = size - gpu_bytes
-    t_gpu = (gpu_bytes / (budget.gpu_bandwidth * GPU_EFFICIENCY) + GPU_LAYER_OVERHEAD_S * gpu_layers
-             if gpu_layers and budget.has_gpu else 0.0)
-    t_cpu = cpu_bytes / budget.cpu_bytes_per_s
-    total = t_gpu + t_cpu
-    return total, (t_cpu / total if total else 0.0)
+def _time(model: CatalogModel, size: int, gpu_layers: int, budget: Budget) -> TokenTime:
+    return token_time(model, size, gpu_layers if budget.has_gpu else 0, budget.gpu_bandwidth, budget.cpu_bytes_per_s)
 
 
-def place(target: CatalogModel, tfile: CatalogFile, draft: CatalogModel, dfile: CatalogFile,
-          n_ctx: int, budget: Budget) -> Placement | None:
-    """The best placement of the pair at `n_ctx`, or None when it fits nowhere."""
-    kv_t, kv_d = target.kv_bytes(n_ctx), draft.kv_bytes(n_ctx)
-    buf_t, buf_d = compute_buffer_bytes(target), compute_buffer_bytes(draft)
+def _draft_s(draft: CatalogModel | None, dfile: CatalogFile | None, budget: Budget, on_gpu: bool) -> float:
+    if draft is None or dfile is None:
+        return 0.0
+    t = _time(draft, dfile.size, draft.n_layer + 1 if on_gpu else 0, budget).total_s
+    return t + (DRAFT_STEP_OVERHEAD_S if on_gpu else 0.0)
+
+
+def place(target: CatalogModel, tfile: CatalogFile, draft: CatalogModel | None, dfile: CatalogFile | None,
+          n_ctx: int, budget: Budget, extra_bytes: int = 0) -> Placement | None:
+    """The best placement of the pair at `n_ctx`, or None when it fits nowhere. `draft=None`
+    places the target alone; `extra_bytes` reserves room for a drafter head next to it."""
+    kv_t = target.kv_bytes(n_ctx)
+    kv_d = draft.kv_bytes(n_ctx) if draft is not None else 0
+    buf_t = compute_buffer_bytes(target)
+    buf_d = compute_buffer_bytes(draft) if draft is not None else 0
+    d_size = (dfile.size if dfile is not None else 0) + extra_bytes
     vram = budget.vram_bytes * VRAM_USABLE_FRACTION
     ram = budget.ram_bytes * RAM_USABLE_FRACTION
-    all_gpu_t = _token_s(target, tfile.size, target.n_layer + 1, budget)[0] if budget.has_gpu else math.inf
+    layers_all = target.n_layer + 1
+    all_gpu_t = _time(target, tfile.size, layers_all, budget).total_s if budget.has_gpu else math.inf
     if budget.has_gpu:
-        need = CUDA_CONTEXT_BYTES + tfile.size + kv_t + buf_t + dfile.size + kv_d + buf_d
+        need = CUDA_CONTEXT_BYTES + tfile.size + kv_t + buf_t + d_size + kv_d + buf_d
         if need <= vram:
-            t, _ = _token_s(target, tfile.size, target.n_layer + 1, budget)
-            d, _ = _token_s(draft, dfile.size, draft.n_layer + 1, budget)
-            return Placement("gpu", target.n_layer + 1, target.n_layer + 1, int(need), 0, t, d, GPU_BATCH_SLOPE, all_gpu_t)
-        draft_gpu = CUDA_CONTEXT_BYTES + dfile.size + kv_d + buf_d + buf_t
-        per_layer = tfile.size / (target.n_layer + 1) + target.kv_bytes(n_ctx, 1)
+            t = _time(target, tfile.size, layers_all, budget)
+            d = _draft_s(draft, dfile, budget, True)
+            return Placement("gpu", layers_all, layers_all, int(need), 0, t.total_s, d, GPU_BATCH_SLOPE, all_gpu_t, t)
+        draft_gpu = CUDA_CONTEXT_BYTES + d_size + kv_d + buf_d + buf_t
+        per_layer = tfile.size / layers_all + target.kv_bytes(n_ctx, 1)
         layers = min(target.n_layer, int((vram - draft_gpu) // per_layer)) if vram > draft_gpu else -1
         if layers >= 0:
-            cpu_need = tfile.size - layers * tfile.size / (target.n_layer + 1) + target.kv_bytes(n_ctx, target.n_layer - layers)
+            cpu_need = tfile.size - layers * tfile.size / layers_all + target.kv_bytes(n_ctx, target.n_layer - layers)
             if cpu_need <= ram:
-                t, cpu_share = _token_s(target, tfile.size, layers, budget)
-                d, _ = _token_s(draft, dfile.size, draft.n_layer + 1, budget)
-                slope = GPU_BATCH_SLOPE * (1 - cpu_share) + CPU_BATCH_SLOPE * cpu_share
+                t = _time(target, tfile.size, layers, budget)
+                d = _draft_s(draft, dfile, budget, True)
+                slope = GPU_BATCH_SLOPE * (1 - t.cpu_share) + CPU_BATCH_SLOPE * t.cpu_share
                 vram_used = int(draft_gpu + layers * per_layer)
-                return Placement("partial", layers, target.n_layer + 1, vram_used, int(cpu_need), t, d, slope, all_gpu_t)
-    need = tfile.size + kv_t + buf_t + dfile.size + kv_d + buf_d
+                return Placement("partial", layers, layers_all, vram_used, int(cpu_need), t.total_s, d, slope,
+                                 all_gpu_t, t)
+    need = tfile.size + kv_t + buf_t + d_size + kv_d + buf_d
     if need > ram:
         return None
-    t, _ = _token_s(target, tfile.size, 0, budget)
-    d, _ = _token_s(draft, dfile.size, 0, budget)
-    return Placement("cpu", 0, target.n_layer + 1, 0, int(need), t, d, CPU_BATCH_SLOPE, all_gpu_t)
+    t = _time(target, tfile.size, 0, budget)
+    d = _draft_s(draft, dfile, budget, False)
+    return Placement("cpu", 0, layers_all, 0, int(need), t.total_s, d, CPU_BATCH_SLOPE, all_gpu_t, t)
