@@ -6,9 +6,13 @@ import json
 
 import typer
 
+from localspec.catalog.drafters import NOT_RUNNABLE
+
 RECOMMEND_EXAMPLES = [
     "localspec recommend",
+    'localspec recommend --gpu "RTX 4090" --task code',
     "localspec recommend --vram 12 --task code --ctx 16384",
+    "localspec recommend --list-gpus",
     "localspec recommend --json",
     "localspec recommend --measure",
 ]
@@ -23,7 +27,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("recommend", epilog="Examples:\n\n" + "\n\n".join(RECOMMEND_EXAMPLES))
     def recommend_command(
-        vram: float | None = typer.Option(None, "--vram", help="Plan for this much VRAM (GiB) instead of the probed GPU."),
+        gpu: str | None = typer.Option(None, "--gpu", help='Plan for this card (e.g. "RTX 4090", "RTX 4060 Ti 16GB", '
+                                       '"RTX 4080 Laptop") from the GPU table instead of the probed GPU.'),
+        vram: float | None = typer.Option(None, "--vram", help="Plan for this much VRAM (GiB) instead of the probed GPU; "
+                                          "without a GPU or --gpu, a typical card of that size is assumed."),
         ram: float | None = typer.Option(None, "--ram", help="Plan for this much RAM (GiB) instead of what is available."),
         task: str = typer.Option("chat", "--task", help="code, chat, summarize, rag, math, reasoning or translate."),
         ctx: int = typer.Option(4096, "-c", "--ctx", "--ctx-size", help="Context size in tokens (KV cache sizing)."),
@@ -33,16 +40,20 @@ def register(app: typer.Typer) -> None:
         measure: bool = typer.Option(False, "--measure", help="Measure α, c and b on the local offline pair first."),
         measure_tokens: int = typer.Option(128, "--measure-tokens", help="Tokens per calibration run."),
         gamma: int = typer.Option(4, "--spec-draft-n-max", help="γ used by the calibration run."),
+        list_gpus: bool = typer.Option(False, "--list-gpus", help="List the cards --gpu knows and exit."),
     ) -> None:
         """Rank compatible target/drafter pairs that fit this machine, with predicted speedup."""
         from localspec.catalog import load_catalog
         from localspec.hardware import probe
-        from localspec.recommend import TASK_PRIORS, budget_from, recommend
+        from localspec.recommend import TASK_PRIORS, budget_from, recommend, without_runnable_drafter
 
+        if list_gpus:
+            _print_gpus(as_json)
+            return
         if task not in TASK_PRIORS:
             raise typer.BadParameter(f"unknown task {task!r}; one of: {', '.join(TASK_PRIORS)}", param_hint="--task")
         report = probe()
-        budget = budget_from(report, vram, ram)
+        budget = budget_from(report, vram, ram, gpu)
         catalog = load_catalog()
         calibration = None
         measurement = None
@@ -50,21 +61,29 @@ def register(app: typer.Typer) -> None:
             measurement, calibration = _measure(catalog, budget, task, gamma, measure_tokens, as_json)
         recs = recommend(catalog, budget, task=task, n_ctx=ctx, min_tokens_per_s=min_tps, limit=limit,
                          calibration=calibration)
+        others = {(r.target, r.target_quant): _others(catalog, budget, r.target, r.target_quant, task, ctx) for r in recs}
+        unrunnable = without_runnable_drafter(catalog, budget, task=task, n_ctx=ctx, limit=max(3, limit // 2))
         if as_json:
             out = {
                 "hardware": {"source": budget.source, "vram_bytes": budget.vram_bytes, "ram_bytes": budget.ram_bytes,
-                             "gpu": budget.gpu_name, "gpu_error": report.gpu_error},
+                             "gpu": budget.gpu_name, "gpu_bandwidth_bytes_s": budget.gpu_bandwidth,
+                             "gpu_error": report.gpu_error},
                 "task": task, "ctx": ctx, "catalog": catalog.origin,
                 "measurement": measurement.to_dict() if measurement else None,
-                "recommendations": [r.to_dict() for r in recs],
+                "recommendations": [{**r.to_dict(), "not_yet_runnable": [o.to_dict() for o in others[(r.target, r.target_quant)]]}
+                                    for r in recs],
+                "without_runnable_drafter": [{"plain": p.to_dict(), "not_yet_runnable": [o.to_dict() for o in o_list]}
+                                             for p, o_list in unrunnable],
             }
             typer.echo(json.dumps(out, indent=2))
             return
-        gpu = f"GPU {budget.gpu_name or budget.source}: {_gib(budget.vram_bytes)} GiB" if budget.has_gpu else budget.source
-        typer.echo(f"{gpu}; RAM {_gib(budget.ram_bytes)} GiB; task {task}; context {ctx}")
+        if budget.has_gpu:
+            where = f"GPU {budget.gpu_name or '(by size)'}: {_gib(budget.vram_bytes)} GiB, {budget.gpu_bandwidth / 1e9:.0f} GB/s"
+            typer.echo(f"{where} [{budget.source}]; RAM {_gib(budget.ram_bytes)} GiB; task {task}; context {ctx}")
+        else:
+            typer.echo(f"{budget.source}; RAM {_gib(budget.ram_bytes)} GiB; task {task}; context {ctx}")
         if not recs:
-            typer.echo("no compatible pair fits; try a smaller --ctx, or --ram / --vram if the probe is wrong")
-            return
+            typer.echo("no compatible pair fits; try a smaller --ctx, or --ram / --vram / --gpu if the probe is wrong")
         for r in recs:
             ngl = f"-ngl {r.target_gpu_layers}" if r.placement != "cpu" else "CPU"
             slow = "" if r.meets_min_speed else f"  (below --min-tps {min_tps:g})"
@@ -75,6 +94,43 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"    {r.why}")
             typer.echo(f"    α source: {r.alpha_source}")
             typer.echo(f"    files: {r.target_repo}/{r.target_file}  +  {r.draft_repo or '(offline store)'}/{r.draft_file}")
+            for o in others[(r.target, r.target_quant)][:3]:
+                typer.echo(f"    {NOT_RUNNABLE}: {_other_line(o)}")
+        if unrunnable:
+            typer.echo(f"\nAlso fits, but no drafter localspec can run yet (plain decoding; {NOT_RUNNABLE}):")
+            for plain, o_list in unrunnable:
+                typer.echo(f"  {plain.target} {plain.target_quant}  [{plain.placement}]  {plain.plain_tokens_per_s:.0f} tok/s plain")
+                for o in o_list[:3]:
+                    typer.echo(f"    {_other_line(o)} — {o.why_not}")
+        if any(catalog.model(r.target).is_moe for r in recs) or any(catalog.model(p.target).is_moe for p, _ in unrunnable):
+            typer.echo("\nMoE targets: decode cost follows the active parameters, and speculation gains less on them: "
+                       "a verify batch of γ+1 tokens touches more experts than one token does.")
+
+
+def _others(catalog, budget, target: str, quant: str, task: str, ctx: int):  # type: ignore[no-untyped-def]
+    """Not-yet-runnable drafters of one recommended target, predicted."""
+    from localspec.recommend import other_drafters
+
+    return other_drafters(catalog, budget, target, quant, task=task, n_ctx=ctx)
+
+
+def _other_line(o) -> str:  # type: ignore[no-untyped-def]
+    """One predicted drafter: "MTP (built in) γ=3 1.62x → 64 tok/s"."""
+    gain = f"γ={o.gamma} {o.speedup:.2f}x → {o.spec_tokens_per_s:.0f} tok/s" if o.gamma else "no gain predicted"
+    return f"{o.drafter_label} [{o.kind}]: {gain}"
+
+
+def _print_gpus(as_json: bool) -> None:
+    """The GPU table: name, VRAM, bandwidth."""
+    from localspec.gpus import load_gpus
+
+    gpus = load_gpus()
+    if as_json:
+        typer.echo(json.dumps([{"name": g.name, "vram_gb": g.vram_gb, "bandwidth_gbs": g.bandwidth_gbs,
+                                "laptop": g.laptop, "source": g.source} for g in gpus], indent=2))
+        return
+    for g in gpus:
+        typer.echo(f"{g.name:<22} {g.vram_gb:>4g} GB  {g.bandwidth_gbs:>6g} GB/s{'  (laptop)' if g.laptop else ''}")
 
 
 def _measure(catalog, budget, task: str, gamma: int, tokens: int, quiet: bool):  # type: ignore[no-untyped-def]

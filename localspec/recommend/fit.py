@@ -85,7 +85,7 @@ def budget_from(report: HardwareReport, vram_gb: float | None = None, ram_gb: fl
             return Budget(int(vram_gb * GIB), ram, gpu.name, bw, cpu_bps, f"--vram {vram_gb:g} on {gpu.name}")
         spec = gpu_for_vram(vram_gb)
         return Budget(int(vram_gb * GIB), ram, None, spec.bandwidth_bytes_s, cpu_bps,
-                      f"--vram {vram_gb:g}: assuming a {spec.name}-class card ({spec.bandwidth_gbs:g} GB/s); "
+                      f"--vram {vram_gb:g}: assuming an {spec.name}-class card ({spec.bandwidth_gbs:g} GB/s); "
                       "--gpu names the card")
     if gpu is None:
         return Budget(0, ram, None, 0.0, cpu_bps, report.gpu_error or "no NVIDIA GPU found")

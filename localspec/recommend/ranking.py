@@ -177,21 +177,25 @@ def other_drafters(catalog: Catalog, budget: Budget, target_id: str, quant: str,
 def without_runnable_drafter(catalog: Catalog, budget: Budget, *, task: str = "chat", n_ctx: int = 4096,
                              limit: int = 5) -> list[tuple[SpeedPrediction, list[SpeedPrediction]]]:
     """Targets that fit but have no drafter localspec can run (current hybrid and MoE families):
-    (plain decoding, its not-yet-runnable drafters) for the strongest quant that fits fully on
-    the GPU (else the smallest that fits), strongest targets first."""
+    (plain decoding, its not-yet-runnable drafters) at the strongest quant that fits fully on
+    the GPU together with its best drafter (else the smallest that fits), strongest first."""
     rows: list[tuple[float, SpeedPrediction, list[SpeedPrediction]]] = []
     for target in catalog.models:
         if not _usable(catalog, target, task, n_ctx) or compatible_drafters(catalog, target):
             continue
         if not drafter_options(catalog, target):
             continue
-        fitting = [(f, out) for f in target.files
-                   if (out := predict(catalog, budget, target, f, None, task=task, n_ctx=n_ctx)) is not None]
+        fitting = []
+        for f in target.files:
+            out = predict(catalog, budget, target, f, None, task=task, n_ctx=n_ctx)
+            if out is not None:
+                others = other_drafters(catalog, budget, target.id, f.quant, task=task, n_ctx=n_ctx)
+                on_gpu = out[0].placement == "gpu" and (not others or others[0].placement == "gpu")
+                fitting.append((on_gpu, f.size, out[0], others))
         if not fitting:
             continue
-        on_gpu = [x for x in fitting if x[1][1].kind == "gpu"]
-        tfile, (plain, _) = (max(on_gpu, key=lambda x: x[0].size) if on_gpu else min(fitting, key=lambda x: x[0].size))
-        others = other_drafters(catalog, budget, target.id, tfile.quant, task=task, n_ctx=n_ctx)
-        rows.append((_quality(target, tfile.quant, task, catalog), plain, others))
+        gpu_rows = [x for x in fitting if x[0]]
+        _, _, plain, others = max(gpu_rows, key=lambda x: x[1]) if gpu_rows else min(fitting, key=lambda x: x[1])
+        rows.append((_quality(target, plain.target_quant, task, catalog), plain, others))
     rows.sort(key=lambda r: -r[0])
     return [(plain, others) for _, plain, others in rows[:limit]]

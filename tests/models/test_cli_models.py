@@ -34,6 +34,48 @@ def test_cli_recommend_json_with_vram(capsys: pytest.CaptureFixture[str]) -> Non
     assert all(r["target"].startswith(("qwen", "deepseek")) for r in recs)
 
 
+def test_cli_recommend_vram_alone_says_which_bandwidth_it_assumed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a GPU, --vram 24 plans for a 3090/4090-class card (~1 TB/s) and says so; the
+    32B coder then predicts near the ~35 tok/s published for a 3090."""
+    from localspec.hardware import probe
+
+    if probe().gpus:
+        pytest.skip("a real GPU is present: --vram keeps its probed bandwidth")
+    assert main(["recommend", "--vram", "24", "--ram", "32", "--task", "code", "--json", "--limit", "20"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    hw = out["hardware"]
+    assert hw["gpu_bandwidth_bytes_s"] >= 900e9 and "assuming an RTX" in hw["source"]
+    coder = next(r for r in out["recommendations"] if r["target"] == "qwen2.5-coder-32b-instruct")
+    assert 30 < coder["plain_tokens_per_s"] < 50
+    assert main(["recommend", "--vram", "24", "--limit", "1"]) == 0
+    assert "assuming an RTX" in capsys.readouterr().out
+
+
+def test_cli_recommend_named_gpu_shows_current_families_and_unrunnable_drafters(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recommend", "--gpu", "RTX 4090", "--ram", "64", "--task", "code", "--limit", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("GPU RTX 4090: 24.0 GiB, 1008 GB/s")
+    assert "no drafter localspec can run yet" in out and "not yet runnable in localspec" in out
+    assert "qwen3." in out and "[mtp]" in out and "MoE targets" in out
+    assert main(["recommend", "--gpu", "RTX 4090", "--ram", "64", "--json", "--limit", "3"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["hardware"]["gpu"] == "RTX 4090" and data["without_runnable_drafter"]
+    for row in data["without_runnable_drafter"]:
+        assert row["plain"]["drafter"] == "none" and all(not o["runnable"] for o in row["not_yet_runnable"])
+    for rec in data["recommendations"]:
+        assert all(not o["runnable"] for o in rec["not_yet_runnable"])
+
+
+def test_cli_recommend_unknown_gpu_and_gpu_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recommend", "--gpu", "RTX 4099"]) == 1
+    err = capsys.readouterr().err
+    assert "RTX 4090" in err and "--vram" in err
+    assert main(["recommend", "--list-gpus"]) == 0
+    out = capsys.readouterr().out
+    assert "RTX 2080 Ti" in out and "RTX 5090 Laptop" in out and "1792 GB/s" in out
+
+
 def test_cli_recommend_text_and_bad_task(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recommend", "--vram", "8", "--task", "chat", "--limit", "2"]) == 0
     out = capsys.readouterr().out
