@@ -47,6 +47,9 @@ class CatalogDrafter:
     file: str = ""
     """GGUF file in `repo` when one exists ("" = safetensors only, or built into the target's file)."""
     size: int = 0
+    sha256: str = ""
+    file_source: str = ""
+    """Where `size`/`sha256` come from ("hub <date>" after `models refresh`)."""
     block_size: int = 0
     """Tokens one forward drafts (dflash/dspark)."""
     ref: str = ""
@@ -65,7 +68,7 @@ def parse_drafter(d: dict[str, Any], model_ids: set[str]) -> CatalogDrafter | No
     return CatalogDrafter(
         id=d["id"], kind=kind, name=d["name"], targets=targets, repo=d["repo"],
         params=float(d["params"]), source=d["source"], file=d.get("file", ""), size=int(d.get("size", 0)),
-        block_size=int(d.get("block_size", 0)), ref=d.get("ref", ""), note=d.get("note", ""),
+        sha256=d.get("sha256", ""), file_source=d.get("file_source", ""), block_size=int(d.get("block_size", 0)), ref=d.get("ref", ""), note=d.get("note", ""),
     )
 
 

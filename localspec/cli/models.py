@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from localspec.catalog.drafters import NOT_RUNNABLE
+
 MODELS_EXAMPLES = [
     "localspec models list",
     "localspec models list --catalog",
@@ -81,7 +83,9 @@ def register(app: typer.Typer) -> None:
         if "/" not in repo:
             model = load_catalog().model(repo)
             entry = model.file_for(quant)
-            repo, filename, expected = entry.repo or model.repo, filename or entry.file, entry.sha256 or None
+            repo, expected = entry.repo or model.repo, entry.sha256 or None
+            # a split GGUF: let the repo listing find every part at this quant
+            filename = filename or (entry.file if entry.parts == 1 else None)
         if list_files:
             for f in download.list_remote_files(repo, revision=revision):
                 if f.path.endswith(".gguf"):
@@ -201,6 +205,8 @@ def _download_with_bar(repo: str, filename: str, revision: str | None, expected:
 
 
 def _print_catalog(catalog, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from localspec.catalog import drafter_options
+
     if as_json:
         typer.echo(json.dumps(catalog.raw, indent=2))
         return
@@ -209,5 +215,19 @@ def _print_catalog(catalog, as_json: bool) -> None:  # type: ignore[no-untyped-d
         tok = catalog.tokenizer_of(m)
         quants = ", ".join(f"{f.quant} {_size(f.size)}{'' if f.source == 'measured' else '*'}" for f in m.files)
         typer.echo(f"{m.id:<34} {m.params / 1e9:>5.2f}B  ctx {m.n_ctx_train:<6} tokenizer {tok.id:<17} {quants}")
-        typer.echo(f"    {m.repo}   (architecture: {m.source})")
+        typer.echo(f"    {m.repo}   ({m.describe_arch()}; architecture: {m.source})")
+        family = catalog.families[m.family]
+        if family.template:
+            typer.echo(f"    chat template: {family.template}; tools: {'yes' if family.tools else 'no'}")
+        options = drafter_options(catalog, m)
+        runnable = [o.label for o in options if o.runnable]
+        if runnable:
+            typer.echo(f"    drafters: {', '.join(runnable[:4])}{' …' if len(runnable) > 4 else ''}")
+        stuck = [o.label for o in options if not o.runnable and o.kind == "model"]
+        if stuck:
+            typer.echo(f"    small-model drafters {', '.join(stuck[:3])}{' …' if len(stuck) > 3 else ''}: {NOT_RUNNABLE} "
+                       "(recurrent layers)")
+        for o in options:
+            if not o.runnable and o.kind != "model":
+                typer.echo(f"    {o.kind_label} drafter {o.label.removeprefix(o.kind_label + ' ')}: {NOT_RUNNABLE}")
     typer.echo("* size not measured here (estimated or from the Hub: see `source` in the catalog)")

@@ -1,6 +1,7 @@
 """`localspec models refresh`: replace the catalog's unverified figures with the Hub's.
 
-For every catalog repo: the file list, sizes and LFS sha256 (new quantizations are added);
+For every catalog repo: the file list, sizes and LFS sha256 (new quantizations are added), and
+the same for the GGUF files of `[[drafter]]` records (MTP heads);
 with `headers=True` also the first MiBs of one GGUF per model (HTTP Range), whose header gives
 the architecture figures and the tokenizer fingerprint. The result is written as the user
 copy of the catalog, which overrides the packaged one. Each figure's `source` says
@@ -75,6 +76,23 @@ def apply_listing(raw: dict[str, Any], repo_id: str, files: list[RemoteFile], st
             model["files"].append({"quant": quant, "file": f.path, "size": f.size,
                                    "sha256": f.sha256 or "", "source": f"hub {stamp}"})
             report.files_added += 1
+
+
+def apply_drafter_listing(raw: dict[str, Any], repo_id: str, files: list[RemoteFile], stamp: str,
+                          report: RefreshReport) -> None:
+    """Update the size and sha256 of every `[[drafter]]` GGUF file in `repo_id` from its listing."""
+    by_path = {f.path: f for f in files}
+    for d in raw.get("drafter", ()):
+        if d.get("repo") != repo_id or not d.get("file"):
+            continue
+        remote = by_path.get(d["file"])
+        if remote is None:
+            report.files_missing.append(f"{repo_id}/{d['file']}")
+            continue
+        d["size"] = remote.size
+        d["sha256"] = remote.sha256 or ""
+        d["file_source"] = f"hub {stamp}"
+        report.files_updated += 1
 
 
 def fetch_gguf_header(repo_id: str, filename: str, *, revision: str | None = None, endpoint: str | None = None,
@@ -180,7 +198,9 @@ def refresh_catalog(
     raw = copy.deepcopy(catalog.raw)
     report = RefreshReport()
     wanted = [m for m in catalog.models if not model_ids or m.id in model_ids]
-    repos = sorted({m.repo for m in wanted} | {f.repo for m in wanted for f in m.files if f.repo})
+    wanted_ids = {m.id for m in wanted}
+    drafter_repos = {d.repo for d in catalog.drafters if d.file and wanted_ids.intersection(d.targets)}
+    repos = sorted({m.repo for m in wanted} | {f.repo for m in wanted for f in m.files if f.repo} | drafter_repos)
     listings: dict[str, list[RemoteFile]] = {}
     for repo in repos:
         if on_repo:
@@ -192,6 +212,8 @@ def refresh_catalog(
             continue
         report.repos_checked += 1
         apply_listing(raw, repo, listings[repo], stamp, report)
+        if repo in drafter_repos:
+            apply_drafter_listing(raw, repo, listings[repo], stamp, report)
     if headers:
         for m in wanted:
             remote = [f for f in listings.get(m.repo, []) if f.path in {x.file for x in m.files}]

@@ -38,6 +38,20 @@ def test_refresh_updates_sizes_sha_and_adds_quants(hub) -> None:
     assert m.file_for("Q8_0").source.startswith("missing on hub")
 
 
+def test_refresh_updates_drafter_files(hub) -> None:
+    """A `[[drafter]]` GGUF (Gemma 4 31B's MTP assistant) gets its size and sha256 from the Hub."""
+    cat = _small_catalog(["gemma-4-31b-it", "gemma-4-e2b-it"])
+    (rec,) = [d for d in cat.drafters if d.file]
+    blob = hub.add(rec.repo, rec.file, HubFile(b"m" * 777))
+    report = refresh_catalog(cat, endpoint=hub.url, token=False, model_ids=["gemma-4-31b-it"])
+    assert report.repos_checked == 1  # the drafter's repo; the target's is not on this hub
+    assert any("gemma-4-31B-it-GGUF" in e for e in report.errors)
+    user = load_catalog()
+    d = next(x for x in user.drafters if x.id == rec.id)
+    assert d.size == 777 and d.sha256 == blob.sha256 and d.file_source.startswith("hub ")
+    assert f"{rec.repo}/{rec.file}" not in report.files_missing
+
+
 def test_refresh_reports_missing_repo_and_keeps_going(hub) -> None:
     cat = _small_catalog(["qwen2.5-coder-7b-instruct", "qwen2.5-coder-3b-instruct"])
     hub.add(cat.model("qwen2.5-coder-3b-instruct").repo, "Qwen2.5-Coder-3B-Instruct-Q4_K_M.gguf", HubFile(b"z" * 99))
