@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from localspec.errors import LocalSpecError
 
 if TYPE_CHECKING:
-    from localspec.catalog import Catalog, CatalogFile
+    from localspec.catalog import Catalog, CatalogFile, DrafterOption
     from localspec.catalog import LocalModel as CatalogLocalModel
+    from localspec.gpus import GpuSpec
     from localspec.hardware import HardwareReport
 
 log = logging.getLogger(__name__)
@@ -148,9 +149,11 @@ def memory_budget(report: HardwareReport, use_gpu: bool) -> tuple[int, str]:
     return report.ram_available_bytes, "RAM"
 
 
-def catalog_choices(catalog: Catalog, budget_bytes: int, budget_name: str, n_ctx: int) -> list[CatalogChoice]:
+def catalog_choices(catalog: Catalog, budget_bytes: int, budget_name: str, n_ctx: int,
+                    gpu: GpuSpec | None = None) -> list[CatalogChoice]:
     """Catalog models with at least one quant that fits `budget_bytes` at `n_ctx`, largest
-    model first (the biggest target that fits is usually the one worth speeding up)."""
+    model first (the biggest target that fits is usually the one worth speeding up). With
+    `gpu` (a card planned for by name) each reason adds the predicted plain decode speed."""
     out = []
     for m in catalog.models:
         kv = m.kv_bytes(min(n_ctx, m.n_ctx_train))
@@ -159,8 +162,37 @@ def catalog_choices(catalog: Catalog, budget_bytes: int, budget_name: str, n_ctx
             continue
         top = fitting[-1]
         reason = f"{top.quant} {describe_size(top.size)} + KV {describe_size(kv)} fits {budget_name}"
+        if m.is_moe or m.is_hybrid or m.mtp_layers:
+            reason += f" · {m.arch_kind}{' · MTP' if m.mtp_layers else ''}"
+        if gpu is not None:
+            reason += f" · ~{plain_speed(catalog, m.id, top.quant, gpu, n_ctx):.0f} tok/s"
         out.append(CatalogChoice(m.id, m.name, tuple(f.quant for f in fitting), reason))
     return sorted(out, key=lambda c: -catalog.model(c.model_id).params)
+
+
+def plain_speed(catalog: Catalog, model_id: str, quant: str, gpu: GpuSpec, n_ctx: int) -> float:
+    """Predicted plain-decoding tokens/s of a catalog model on a named GPU (0 when it does not fit)."""
+    from localspec.recommend import Budget, predict
+
+    model = catalog.model(model_id)
+    budget = Budget(gpu.vram_bytes, 64 << 30, gpu.name, gpu.bandwidth_bytes_s, 24e9, gpu.name)
+    out = predict(catalog, budget, model, model.file_for(quant), None, n_ctx=n_ctx)
+    return out[0].plain_tokens_per_s if out is not None else 0.0
+
+
+def plan_gpu(name: str) -> GpuSpec:
+    """The card to plan for, from the GPU table (UnknownGpuError lists close matches)."""
+    from localspec.gpus import find_gpu
+
+    return find_gpu(name)
+
+
+def catalog_drafter_options(catalog: Catalog, target_id: str) -> list[DrafterOption]:
+    """Every drafter the catalog knows for a catalog target, runnable first; the others carry
+    the reason localspec cannot run them yet."""
+    from localspec.catalog import drafter_options
+
+    return drafter_options(catalog, catalog.model(target_id))
 
 
 def catalog_drafters(catalog: Catalog, target_id: str) -> list[str]:

@@ -82,3 +82,33 @@ def test_local_models_include_paths_registered_with_models_add(smollm2_path: Pat
     add_path(mine)
     added = [m for m in choices.local_models() if m.origin == "added"]
     assert [(m.label, m.path) for m in added] == [("my-smol.gguf", str(mine.resolve()))]
+
+
+def test_catalog_choices_for_a_named_gpu_add_architecture_and_speed() -> None:
+    from localspec.catalog import load_catalog
+
+    catalog = load_catalog()
+    gpu = choices.plan_gpu("RTX 5090")
+    picks = {c.model_id: c for c in choices.catalog_choices(catalog, gpu.vram_bytes, gpu.name, 4096, gpu=gpu)}
+    moe = picks["qwen3.5-35b-a3b"].reason
+    assert "fits RTX 5090" in moe and "hybrid MoE" in moe and "MTP" in moe
+    speeds = {mid: float(c.reason.rsplit("~", 1)[1].split()[0]) for mid, c in picks.items()}
+    assert speeds["qwen3.5-35b-a3b"] > 2 * speeds["qwen3.5-27b"]  # decode follows active parameters
+    assert "gemma-4-31b-it" in picks and "glm-4.5-air" not in picks  # 65 GB does not fit 32 GB
+
+
+def test_plan_gpu_unknown_name_lists_close_matches() -> None:
+    from localspec.gpus import UnknownGpuError
+
+    with pytest.raises(UnknownGpuError, match="RTX 3080"):
+        choices.plan_gpu("RTX 3008")
+
+
+def test_catalog_drafter_options_runnable_first_with_reasons() -> None:
+    from localspec.catalog import load_catalog
+
+    catalog = load_catalog()
+    opts = choices.catalog_drafter_options(catalog, "qwen3-8b")
+    assert [o.runnable for o in opts] == sorted((o.runnable for o in opts), reverse=True)
+    assert {o.kind for o in opts} == {"model", "eagle3", "dflash", "dspark"}
+    assert all(o.why_not for o in opts if not o.runnable)

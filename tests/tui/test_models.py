@@ -127,3 +127,38 @@ class TestModelsScreen:
             assert stats.num_generated_tokens > 0 and stats.num_draft_tokens > 0
             assert stats.mean_acceptance_length > 1.0  # a model drafting for itself is mostly accepted
         # the app built this engine, so quitting closed it
+
+
+class TestPlanForGpu:
+    """Planning for a named GPU needs no GPU and no local weights: only the catalog and the table."""
+
+    async def test_named_gpu_refits_the_catalog_and_shows_unrunnable_drafters(self, fast_engine: Engine) -> None:
+        app = make_app(fast_engine, SETTINGS)
+        async with app.run_test(size=(100, 30)) as pilot:
+            screen = await open_models(app, pilot)
+            labels = [str(o.prompt) for o in screen.query_one("#target-list", OptionList).options]
+            assert not any("Qwen3.8-27B" in s for s in labels)  # 4 GiB budget: too big
+            await pilot.click("#plan-gpu")
+            await pilot.press(*"rtx 4090", "enter")
+            await wait_for(pilot, lambda: screen.plan is not None and "cat:qwen3.8-27b" in screen.targets, timeout=30)
+            assert "RTX 4090" in status_text(screen)
+            labels = [str(o.prompt) for o in screen.query_one("#target-list", OptionList).options]
+            assert any("Catalog — fits RTX 4090" in s for s in labels)
+            row = next(s for s in labels if s.startswith("Qwen3.8-27B"))
+            assert "fits RTX 4090" in row and "hybrid" in row and "MTP" in row and "tok/s" in row
+            await choose_target(screen, pilot, "Qwen3.8-27B")
+            drafts = screen.query_one("#draft-list", OptionList)
+            greyed = [str(o.prompt) for o in drafts.options if o.disabled]
+            assert any("MTP" in s and "not yet runnable in localspec" in s for s in greyed)
+            assert any("Qwen3.5-0.8B" in s and "recurrent" in s for s in greyed)
+            assert [o.id for o in drafts.options if not o.disabled] == ["none"]  # nothing runnable to pick
+
+    async def test_unknown_gpu_is_an_error_in_place(self, fast_engine: Engine) -> None:
+        app = make_app(fast_engine, SETTINGS)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(app, pilot)
+            await pilot.click("#plan-gpu")
+            await pilot.press(*"RTX 4099", "enter")
+            await pilot.pause()
+            assert "RTX 4090" in status_text(screen) and screen.query_one("#models-status").has_class("-error")
+            assert screen.plan is None

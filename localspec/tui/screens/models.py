@@ -1,5 +1,7 @@
-"""The models screen: local GGUFs and catalog entries that fit this machine, drafters
-compatible with the chosen target, quant/context/GPU layers, download and load.
+"""The models screen: local GGUFs and catalog entries that fit this machine (or a GPU named
+in the "plan for a GPU" field), drafters compatible with the chosen target (and, greyed out,
+those localspec cannot run yet: MTP, EAGLE-3, DFlash, DSpark), quant/context/GPU layers,
+download and load.
 
 Everything that reads files or the network runs in thread workers; errors (missing file,
 incompatible pair, failed download) are shown in place and the screen stays usable."""
@@ -22,13 +24,15 @@ from textual.worker import get_current_worker
 
 from localspec.errors import LocalSpecError
 from localspec.tui import choices
+from localspec.catalog.drafters import NOT_RUNNABLE
 from localspec.tui.choices import CatalogChoice, DrafterChoice, LocalModel
 from localspec.tui.messages import DownloadFailed, DownloadFinished
 from localspec.tui.widgets.downloads import DownloadList
 from localspec.types import ModelSpec
 
 if TYPE_CHECKING:
-    from localspec.catalog import Catalog
+    from localspec.catalog import Catalog, DrafterOption
+    from localspec.gpus import GpuSpec
     from localspec.tui.app import LocalSpecApp
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,8 @@ class ModelsScreen(Screen[None]):
         """The target the drafter list was made for."""
         self.added: list[str] = []
         """GGUF paths added on this screen or given at start (`TuiSettings.added_paths`)."""
+        self.plan: GpuSpec | None = None
+        """A GPU named in the plan field: the catalog is fitted to it instead of this machine."""
 
     @property
     def lsapp(self) -> LocalSpecApp:
@@ -80,6 +86,7 @@ class ModelsScreen(Screen[None]):
                 yield Label("Target", classes="models--heading")
                 yield OptionList(id="target-list", compact=True)
                 yield Input(placeholder="add a GGUF path (Enter)", id="add-path", compact=True)
+                yield Input(placeholder="plan for a GPU, e.g. RTX 4090 (Enter)", id="plan-gpu", compact=True)
             with Vertical(id="models-drafters"):
                 yield Label("Drafter (compatible with the target)", classes="models--heading")
                 yield OptionList(id="draft-list", compact=True)
@@ -137,11 +144,14 @@ class ModelsScreen(Screen[None]):
             local = choices.local_models(paths, self.lsapp.settings.hf_cache_dir)
             catalog = load_catalog()
             fixed = self.lsapp.settings.memory_budget_bytes
-            if fixed is not None:
+            plan = self.plan
+            if plan is not None:
+                budget, name = plan.vram_bytes, plan.name
+            elif fixed is not None:
                 budget, name = fixed, "the budget"
             else:
                 budget, name = choices.memory_budget(probe(), use_gpu=self._int("#ngl", 0) != 0)
-            entries = choices.catalog_choices(catalog, budget, name, self._int("#n-ctx", 4096))
+            entries = choices.catalog_choices(catalog, budget, name, self._int("#n-ctx", 4096), gpu=plan)
         except LocalSpecError as exc:
             self.app.call_from_thread(self.show_status, str(exc), True)
             return
@@ -159,7 +169,8 @@ class ModelsScreen(Screen[None]):
             self.targets[oid] = TargetEntry(local=m)
             options.append(Option(_row(m.label, f"{m.origin} · {choices.describe_size(m.size)}"), id=oid))
         if entries:
-            options.append(Option(Text("Catalog — fits this machine", style="bold"), disabled=True))
+            where = self.plan.name if self.plan is not None else "this machine"
+            options.append(Option(Text(f"Catalog — fits {where}", style="bold"), disabled=True))
         for c in entries:
             oid = f"cat:{c.model_id}"
             self.targets[oid] = TargetEntry(catalog=c)
@@ -206,19 +217,20 @@ class ModelsScreen(Screen[None]):
         """Judge every local model (and catalog model) as a drafter for the target."""
         worker = get_current_worker()
         local_choices: list[DrafterChoice] = []
-        cat_ids: list[str] = []
+        cat_options: list[DrafterOption] = []
         try:
             if entry.local is not None:
                 local_choices = choices.drafter_choices(entry.local.path, self.local)
             elif entry.catalog is not None and self.catalog is not None:
-                cat_ids = choices.catalog_drafters(self.catalog, entry.catalog.model_id)
+                cat_options = choices.catalog_drafter_options(self.catalog, entry.catalog.model_id)
         except LocalSpecError as exc:
             self.app.call_from_thread(self.show_status, str(exc), True)
             return
         if not worker.is_cancelled:
-            self.app.call_from_thread(self._fill_drafters, entry, local_choices, cat_ids)
+            self.app.call_from_thread(self._fill_drafters, entry, local_choices, cat_options)
 
-    def _fill_drafters(self, entry: TargetEntry, local_choices: list[DrafterChoice], cat_ids: list[str]) -> None:
+    def _fill_drafters(self, entry: TargetEntry, local_choices: list[DrafterChoice],
+                       cat_options: list[DrafterOption]) -> None:
         if entry != self.selected_target():
             return  # the user moved on; a newer worker fills the list
         self.drafters_for = entry
@@ -231,10 +243,14 @@ class ModelsScreen(Screen[None]):
                 options.append(Option(_row(d.model.label, choices.describe_size(d.model.size)), id=oid))
             else:
                 options.append(Option(Text(f"✗ {d.model.label}: {d.problems[0]}", style="dim"), id=oid, disabled=True))
-        for cid in cat_ids:
-            oid = f"cat:{cid}"
-            self.drafters[oid] = oid
-            options.append(Option(_row(cid, "catalog"), id=oid))
+        for i, o in enumerate(cat_options):
+            if o.runnable:
+                oid = f"cat:{o.id}"
+                self.drafters[oid] = oid
+                options.append(Option(_row(o.id, "catalog"), id=oid))
+            else:
+                text = f"✗ {o.label} [{o.kind_label}]: {NOT_RUNNABLE} — {o.why_not}"
+                options.append(Option(Text(text, style="dim"), id=f"x{i}", disabled=True))
         draft_list = self.query_one("#draft-list", OptionList)
         draft_list.clear_options()
         draft_list.add_options(options)
@@ -256,6 +272,23 @@ class ModelsScreen(Screen[None]):
         event.input.value = ""
         self.added.append(model.path)
         self.scan(note=f"Added {model.label}.")
+
+    # -- planning for a named GPU -------------------------------------------------------
+    @on(Input.Submitted, "#plan-gpu")
+    def plan_for_gpu(self, event: Input.Submitted) -> None:
+        """Fit the catalog to a GPU from the table (empty: back to this machine); errors in place."""
+        name = event.value.strip()
+        if not name:
+            self.plan = None
+            self.scan(note="Planning for this machine.")
+            return
+        try:
+            spec = choices.plan_gpu(name)
+        except LocalSpecError as exc:
+            self.show_status(str(exc), error=True)
+            return
+        self.plan = spec
+        self.scan(note=f"Planning for {spec.label}: catalog models that fit it, with predicted plain speed.")
 
     # -- loading ----------------------------------------------------------------------
     def _int(self, selector: str, default: int) -> int:
