@@ -66,6 +66,15 @@ def _head_bytes_per_param(target: CatalogModel, tfile: CatalogFile, option: Draf
     return tfile.size / target.params if built_in else Q8_BYTES_PER_PARAM
 
 
+def _with_block_cost(verify: BatchCost, block_s: float) -> BatchCost:
+    """b(γ) plus one block-drafter forward per drafting step (its cost does not grow with γ)."""
+
+    def b(gamma: int) -> float:
+        return verify(gamma) + (block_s if gamma > 0 else 0.0)
+
+    return b
+
+
 def _choose(alpha: float, c: float, b: BatchCost, gamma: int | None, max_gamma: int) -> tuple[int, float]:
     if gamma is not None:
         return gamma, speedup(alpha, gamma, c, b)
@@ -113,8 +122,7 @@ def predict(catalog: Catalog, budget: Budget, target: CatalogModel, tfile: Catal
                                  budget.cpu_bytes_per_s) / p.target_token_s
         if kind in BLOCK_KINDS:
             block = option.block_size or 16
-            verify = b
-            b = lambda g: verify(g) + (head_s if g > 0 else 0.0)  # noqa: E731 - one block forward per step
+            b = _with_block_cost(b, head_s)
         else:
             c = head_s
     a = prior.alpha if alpha is None else alpha

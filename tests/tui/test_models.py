@@ -162,3 +162,14 @@ class TestPlanForGpu:
             await pilot.pause()
             assert "RTX 4090" in status_text(screen) and screen.query_one("#models-status").has_class("-error")
             assert screen.plan is None
+
+    async def test_split_catalog_gguf_points_to_the_cli_download(self, fast_engine: Engine) -> None:
+        settings = TuiSettings(auto_load=False, memory_budget_bytes=128 << 30, n_ctx=1024)
+        app = make_app(fast_engine, settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            screen = await open_models(app, pilot)
+            await choose_target(screen, pilot, "GLM-4.5-Air")
+            await pilot.press("ctrl+d")
+            await pilot.pause()
+            assert "split into 2 files" in status_text(screen)
+            assert "localspec models download glm-4.5-air --quant Q4_K_M" in status_text(screen)

@@ -353,6 +353,10 @@ class ModelsScreen(Screen[None]):
         if choices.local_file_for(file, self.lsapp.settings.hf_cache_dir):
             self.show_status(f"{file.file} is already on this machine: Ctrl+L loads it.")
             return
+        if file.parts > 1:
+            self.show_status(f"{model.name} {file.quant} is split into {file.parts} files: download it with "
+                             f"`localspec models download {model.id} --quant {file.quant}`.", error=True)
+            return
         self.show_status(f"Downloading {file.file} from {file.repo} … (✗ or Ctrl+X cancels)")
         self.query_one(DownloadList).start(file.repo, file.file, file.size)
 
