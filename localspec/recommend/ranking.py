@@ -175,11 +175,13 @@ def other_drafters(catalog: Catalog, budget: Budget, target_id: str, quant: str,
 
 
 def without_runnable_drafter(catalog: Catalog, budget: Budget, *, task: str = "chat", n_ctx: int = 4096,
-                             limit: int = 5) -> list[tuple[SpeedPrediction, list[SpeedPrediction]]]:
+                             limit: int = 5, min_tokens_per_s: float = 10.0,
+                             ) -> list[tuple[SpeedPrediction, list[SpeedPrediction]]]:
     """Targets that fit but have no drafter localspec can run (current hybrid and MoE families):
     (plain decoding, its not-yet-runnable drafters) at the strongest quant that fits fully on
-    the GPU together with its best drafter (else the smallest that fits), strongest first."""
-    rows: list[tuple[float, SpeedPrediction, list[SpeedPrediction]]] = []
+    the GPU together with its best drafter (else the smallest that fits); the strongest targets
+    that reach `min_tokens_per_s` first, slower ones after."""
+    rows: list[tuple[bool, float, SpeedPrediction, list[SpeedPrediction]]] = []
     for target in catalog.models:
         if not _usable(catalog, target, task, n_ctx) or compatible_drafters(catalog, target):
             continue
@@ -196,6 +198,7 @@ def without_runnable_drafter(catalog: Catalog, budget: Budget, *, task: str = "c
             continue
         gpu_rows = [x for x in fitting if x[0]]
         _, _, plain, others = max(gpu_rows, key=lambda x: x[1]) if gpu_rows else min(fitting, key=lambda x: x[1])
-        rows.append((_quality(target, plain.target_quant, task, catalog), plain, others))
-    rows.sort(key=lambda r: -r[0])
-    return [(plain, others) for _, plain, others in rows[:limit]]
+        fast = plain.plain_tokens_per_s >= min_tokens_per_s
+        rows.append((fast, _quality(target, plain.target_quant, task, catalog), plain, others))
+    rows.sort(key=lambda r: (not r[0], -r[1]))
+    return [(plain, others) for _, _, plain, others in rows[:limit]]
