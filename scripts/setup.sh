@@ -3,8 +3,13 @@
 # multi-GB CUDA torch), llama-cpp-python built so it cannot hit the AMX crash, the
 # package with its test extras, and the offline default model pair (~1.6 GB).
 #
-#   LLAMA_CMAKE_ARGS   CMake flags for llama-cpp-python (default -DGGML_NATIVE=OFF;
-#                      GPU: LLAMA_CMAKE_ARGS="-DGGML_CUDA=on" make setup)
+#   LLAMA_CMAKE_ARGS   CMake flags for llama-cpp-python (default
+#                      "-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF"; GPU:
+#                      LLAMA_CMAKE_ARGS="-DGGML_CUDA=on -DGGML_LLAMAFILE=OFF" make setup)
+#                      GGML_NATIVE=OFF: the native build enables AMX kernels that crash
+#                      (llama.cpp #20824). GGML_LLAMAFILE=OFF: llamafile's sgemm computes
+#                      batches of 2+ rows in another summation order than one row, which
+#                      would break `--numerics exact` (see README, "Lossless").
 #   TORCH_SPEC         torch requirement (default torch==2.13.0)
 #   PYTHON             interpreter for the venv (default python3)
 set -euo pipefail
@@ -14,7 +19,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 LLAMA_VERSION=0.3.36
-LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF}
+LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/localspec
 # one wheel per CMake flag set, so a CPU and a CUDA build never get mixed up
 WHEELS="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION-$(printf '%s' "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)"
@@ -31,15 +36,20 @@ $PIP install --quiet --upgrade pip wheel
 step "installing $TORCH_SPEC"
 $PIP install --quiet "$TORCH_SPEC"
 
-if ! "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
+# the venv remembers which flags its llama-cpp-python was built with: other flags, other wheel
+BUILT_WITH="$VENV/.llama-cmake-args"
+if ! "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null \
+   || [ "$(cat "$BUILT_WITH" 2>/dev/null)" != "$LLAMA_CMAKE_ARGS" ]; then
   if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     step "building llama-cpp-python $LLAMA_VERSION with CMAKE_ARGS=$LLAMA_CMAKE_ARGS (about 5 minutes on 2 cores)"
     mkdir -p "$WHEELS"
+    # --no-cache-dir: pip's own wheel cache ignores CMAKE_ARGS and would hand back another build
     CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      $PIP wheel --no-deps --wheel-dir "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+      $PIP wheel --no-deps --no-cache-dir --wheel-dir "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
   fi
   step "installing llama-cpp-python from $WHEELS"
-  $PIP install --quiet --no-deps "$WHEELS"/llama_cpp_python-*.whl
+  $PIP install --quiet --no-deps --force-reinstall "$WHEELS"/llama_cpp_python-*.whl
+  printf '%s' "$LLAMA_CMAKE_ARGS" > "$BUILT_WITH"
 fi
 
 step "installing localspec with its test extras"

@@ -7,7 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-DOCTOR_EXAMPLES = ["localspec doctor", "localspec doctor --json"]
+DOCTOR_EXAMPLES = [
+    "localspec doctor",
+    "localspec doctor --json",
+    "localspec doctor --measure            # time exact vs fast numerics on the default target",
+    "localspec doctor --measure -m big.gguf",
+]
 
 
 def _gib(n: int | None) -> str:
@@ -34,6 +39,12 @@ def collect_report() -> dict[str, Any]:
         probe = getattr(hardware, "probe", None)
     except ImportError:
         probe = None
+    try:
+        from localspec.engine.numerics import describe
+
+        report["numerics"] = describe()
+    except Exception as exc:  # llama.cpp missing or broken: say so, keep going
+        report["numerics"] = {"error": f"{type(exc).__name__}: {exc}"}
     if probe is not None:
         try:
             hw = probe()
@@ -56,11 +67,30 @@ def collect_report() -> dict[str, Any]:
     return report
 
 
+def measure_numerics(model: str | None, threads: int | None) -> list[dict[str, Any]]:
+    """Plain decode speed and verify-batch cost in each numerics mode, side by side."""
+    from dataclasses import asdict
+
+    from localspec.engine.numerics import measure_costs
+
+    if model is None:
+        from localspec.store import default_pair_paths
+
+        model = str(default_pair_paths()[0])
+    return [asdict(c) | {"model": model} for c in measure_costs(model, n_threads=threads)]
+
+
 def doctor_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    measure: Annotated[bool, typer.Option("--measure", help="Also time exact vs fast numerics on a model (about a minute on a CPU).")] = False,
+    model: Annotated[str | None, typer.Option("-m", "--model", help="GGUF to time with --measure (default: the offline target).")] = None,
+    threads: Annotated[int | None, typer.Option("-t", "--threads", help="CPU threads for --measure (default: physical cores).")] = None,
 ) -> None:
-    """Show which acceptance backends can run here and why the others cannot."""
+    """Show which acceptance backends can run here and why the others cannot, and what each
+    numerics mode means (and, with --measure, costs) on this machine."""
     report = collect_report()
+    if measure:
+        report["numerics_costs"] = measure_numerics(model, threads)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
@@ -78,6 +108,21 @@ def doctor_command(
     if "library" in report["kernel_build"]:
         out.print(f"  kernel .so  {report['kernel_build']['library']}")
     out.print(f"  driver      {report['driver']}")
+    num = report.get("numerics", {})
+    out.print("[bold]Numerics[/bold] (--numerics exact|fast)")
+    if "error" in num:
+        out.print(f"  unavailable: {num['error']}")
+    else:
+        out.print(f"  exact       {num['exact']}" + ("  [dim](default)[/dim]" if num["default"] == "exact" else ""))
+        out.print(f"  fast        {num['fast']}" + ("  [dim](default)[/dim]" if num["default"] == "fast" else ""))
+        out.print(f"  GPU         {num['gpu_layers']}")
+    for c in report.get("numerics_costs", []):
+        out.print(f"  {c['mode']:<11} plain decode {c['decode_tok_s']:.1f} tok/s, verify batch of {c['verify_rows']} rows "
+                  f"= {c['verify_cost']:.2f}× one row, rows batch-invariant: {'yes' if c['batch_invariant'] else 'no'}")
+    costs = {c["mode"]: c for c in report.get("numerics_costs", [])}
+    if {"exact", "fast"} <= costs.keys():
+        ratio = costs["exact"]["decode_tok_s"] / costs["fast"]["decode_tok_s"]
+        out.print(f"  exact decodes at {ratio:.2f}× the speed of fast here")
     hw = report.get("hardware")
     if hw:
         out.print("[bold]Hardware[/bold]")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -18,9 +19,10 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from localspec.errors import ContextOverflowError, InvalidRequestError, ModelLoadError, ModelNotFoundError
+from localspec.errors import ContextOverflowError, ModelLoadError, ModelNotFoundError
 from localspec.hardware import cpu_has_amx
-from localspec.types import NUMERICS_MODES, ModelSpec
+from localspec.engine.numerics import TILED_MM_ENV, NumericsPlan, plan_numerics
+from localspec.types import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,9 @@ def _ensure_backend() -> None:
     global _initialized
     with _init_lock:
         if not _initialized:
+            # read once per process by ggml at its first matmul: exact numerics need the
+            # tiled K-quant matmul off (it computes batches of 8+ rows in another order)
+            os.environ.setdefault(TILED_MM_ENV, "0")
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _initialized = True
@@ -59,30 +64,31 @@ def llama_cpp_version() -> str:
     return str(getattr(llama_cpp, "__version__", "unknown"))
 
 
-def build_has_amx() -> bool:
-    """True when this llama.cpp build compiled its AMX kernels (a native build on an AMX CPU)."""
+def build_features() -> frozenset[str]:
+    """CPU-backend features this llama.cpp build compiled in (`AVX2`, `REPACK`, `LLAMAFILE`,
+    `AMX_INT8`, ...), from llama_print_system_info()."""
     info = llama_cpp.llama_print_system_info()
     text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
-    return "AMX_INT8 = 1" in text
+    return frozenset(m.group(1) for m in re.finditer(r"([A-Z0-9_]+) = 1", text))
+
+
+def build_has_amx() -> bool:
+    """True when this llama.cpp build compiled its AMX kernels (a native build on an AMX CPU)."""
+    return "AMX_INT8" in build_features()
 
 
 def use_extra_buffers(numerics: str) -> bool:
-    """Whether to let llama.cpp place weights in its CPU "extra" buffer types.
+    """Whether a CPU model in mode `numerics` gets llama.cpp's repacked weight buffers here."""
+    return numerics_plan(numerics, on_gpu=False, flash_attn=None).use_extra_bufts
 
-    Those repack Q4_K/Q6_K/... weights for gemm kernels that compute a row differently when
-    it shares a batch with others than when it is alone (gemv): a verify batch of γ+1 rows
-    then gives other logits than one-row decoding, by enough to flip the argmax. `exact`
-    keeps plain buffers, where every row is one dot product per weight row whatever the
-    batch. `fast` uses them, except where they crash: llama.cpp's AMX buffer type segfaults
-    in ggml_backend_amx_mul_mat (llama.cpp #20824) when the build has AMX kernels and the
-    CPU runs them.
-    """
-    if numerics not in NUMERICS_MODES:
-        raise InvalidRequestError(f"numerics must be one of {', '.join(NUMERICS_MODES)}, got {numerics!r}",
-                                  param="numerics")
-    if numerics == "exact":
-        return False
-    return not (cpu_has_amx() and build_has_amx())
+
+def numerics_plan(numerics: str, *, on_gpu: bool, flash_attn: bool | None) -> NumericsPlan:
+    """The llama.cpp settings for `numerics` on this build, CPU and environment."""
+    _ensure_backend()  # sets the tiled-matmul switch before anything reads it
+    return plan_numerics(
+        numerics, on_gpu=on_gpu, flash_attn=flash_attn, build=build_features(), cpu_amx=cpu_has_amx(),
+        tiled_env=os.environ.get(TILED_MM_ENV),
+    )
 
 
 def gpu_offload_supported() -> bool:
@@ -104,8 +110,15 @@ class LlamaCppBackend:
         self.name = spec.display_name
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = spec.n_gpu_layers if spec.n_gpu_layers >= 0 else 999
-        self.numerics = spec.numerics
-        mparams.use_extra_bufts = use_extra_buffers(spec.numerics)
+        on_gpu = spec.n_gpu_layers != 0 and gpu_offload_supported()
+        plan = numerics_plan(spec.numerics, on_gpu=on_gpu, flash_attn=spec.flash_attn)
+        if plan.mode != spec.numerics:
+            log.warning("%s: exact numerics cannot be ensured here (%s); running as 'fast': greedy "
+                        "output may part from plain decoding where batched and one-row logits disagree",
+                        spec.display_name, "; ".join(plan.reasons))
+        self.numerics = plan.mode
+        """The numerics mode that really runs (see engine/numerics.py)."""
+        mparams.use_extra_bufts = plan.use_extra_bufts
         self._model = llama_cpp.llama_model_load_from_file(spec.path.encode(), mparams)
         if not self._model:
             raise ModelLoadError(
@@ -123,10 +136,11 @@ class LlamaCppBackend:
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
-        if spec.flash_attn is not None:
+        if plan.flash_attn is not None:
             cparams.flash_attn_type = (
-                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if spec.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if plan.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
             )
+        cparams.op_offload = plan.op_offload
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)

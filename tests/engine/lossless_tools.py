@@ -1,0 +1,140 @@
+"""Tools for checking losslessness on real weights: an independent plain greedy loop, a
+target backend that records every call the engine makes, and the replay that explains a
+divergence by evaluating the same position in its verify-batch shape and as one row.
+
+Used by tests/engine/test_lossless.py and tests/engine/measure_numerics.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from localspec.engine.backend import ModelBackend
+
+
+def plain_greedy(backend: ModelBackend, prompt: Sequence[int], max_tokens: int) -> list[int]:
+    """What the target alone writes at T=0, the way llama.cpp's own loop does it: the whole
+    prompt in one batch (chunked by n_batch), then one row per token; argmax with the lowest
+    index on ties; stops before an end-of-generation token. Independent of localspec's loop."""
+    backend.truncate(0)
+    row = backend.decode(list(prompt))[-1]
+    out: list[int] = []
+    while len(out) < max_tokens:
+        tok = int(np.argmax(row))
+        if backend.is_eog(tok):
+            break
+        out.append(tok)
+        if len(out) < max_tokens:
+            row = backend.decode([tok])[-1]
+    backend.truncate(0)
+    return out
+
+
+class RecordingBackend:
+    """Wraps a real backend and records each `decode` and `truncate` the engine makes, so a
+    generation's exact sequence of batch shapes can be replayed later."""
+
+    def __init__(self, inner: ModelBackend) -> None:
+        self.inner = inner
+        self.calls: list[tuple[Any, ...]] = []
+        """("decode", n_past_before, tokens, all_logits) or ("truncate", n_past)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The wrapped backend's KV record."""
+        return self.inner.tokens
+
+    @property
+    def n_past(self) -> int:
+        """The wrapped backend's KV length."""
+        return self.inner.n_past
+
+    def decode(self, tokens: Sequence[int], all_logits: bool = False) -> Any:
+        """Record, then evaluate on the wrapped backend."""
+        self.calls.append(("decode", self.inner.n_past, tuple(int(t) for t in tokens), all_logits))
+        return self.inner.decode(tokens, all_logits)
+
+    def truncate(self, n_past: int) -> None:
+        """Record, then roll the wrapped backend back."""
+        self.calls.append(("truncate", n_past))
+        self.inner.truncate(n_past)
+
+    def start(self) -> None:
+        """Empty the cache and the record: the next generation is recorded from position 0."""
+        self.calls.clear()
+        self.truncate(0)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where speculative output parts from plain decoding, evaluated both ways."""
+
+    index: int
+    """Output position of the first differing token."""
+    plain_token: int
+    spec_token: int
+    batch_rows: int
+    """Rows of the verify batch that produced the speculative token."""
+    row: int
+    """Its row inside that batch."""
+    argmax_in_batch: int
+    """Target argmax at that position, recomputed in the same batch after replaying the calls."""
+    argmax_one_row: int
+    """Target argmax at that position, same cache, rows of the batch evaluated one at a time."""
+    margin: float
+    """Top-1 minus top-2 logit of the one-row evaluation."""
+
+    @property
+    def explained(self) -> bool:
+        """The batch shape alone flips the argmax, and the replay reproduces the engine's token."""
+        return self.argmax_in_batch == self.spec_token and self.argmax_one_row != self.argmax_in_batch
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """First index where two token lists differ (a length difference counts)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def explain(recorder: RecordingBackend, prompt_len: int, plain: Sequence[int], spec: Sequence[int]) -> Divergence:
+    """Replay the recorded calls up to the verify batch that produced the first differing
+    token, evaluate that batch again and then its rows one at a time from the same cache."""
+    i = first_divergence(plain, spec)
+    assert i is not None and i < len(plain) and i < len(spec), "no token-level divergence to explain"
+    pos = prompt_len + i - 1  # the KV position whose logits chose output token i
+    calls = recorder.calls
+    at = max(
+        n for n, c in enumerate(calls)
+        if c[0] == "decode" and c[3] and c[1] <= pos < c[1] + len(c[2])
+    )
+    inner = recorder.inner
+    inner.truncate(0)
+    for c in calls[:at]:
+        if c[0] == "truncate":
+            inner.truncate(c[1])
+        else:
+            assert inner.n_past == c[1], "replay lost track of the cache"
+            inner.decode(list(c[2]), c[3])
+    _, n_past, batch, _ = calls[at]
+    assert inner.n_past == n_past
+    row = pos - n_past
+    in_batch = int(np.argmax(inner.decode(list(batch), all_logits=True)[row]))
+    inner.truncate(n_past)
+    one = np.empty(0, dtype=np.float32)
+    for tok in batch[: row + 1]:
+        one = inner.decode([tok])[-1].copy()
+    inner.truncate(0)
+    top = np.sort(one.astype(np.float64))
+    return Divergence(
+        index=i, plain_token=int(plain[i]), spec_token=int(spec[i]), batch_rows=len(batch), row=row,
+        argmax_in_batch=in_batch, argmax_one_row=int(np.argmax(one)), margin=float(top[-1] - top[-2]),
+    )
