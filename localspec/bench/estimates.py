@@ -3,7 +3,8 @@
 Everything is pooled as sums of counts and seconds (never averages of ratios), so
 AL = 1 + Σ accepted / Σ steps and tok/s = Σ generated / Σ generate-seconds.
 
-Model inputs (DESIGN.md, Leviathan et al. 2023), measured per (temperature, category):
+Model inputs (the speed model of localspec.theory, Leviathan et al. 2023), measured per
+(temperature, category):
 - α: per-token acceptance probability from the per-position counts (theory.estimate_alpha),
   pooled over the γ arms of one drafter by summing successes and trials.
 - c: drafter decode seconds per drafted token / target decode seconds per plain step.
