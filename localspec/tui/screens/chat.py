@@ -24,7 +24,6 @@ from localspec.types import ChatMessage, GenerationRequest, TokenSource
 if TYPE_CHECKING:
     from localspec.engine import Engine, Generation
     from localspec.tui.app import LocalSpecApp
-    from localspec.tui.settings import ChatSettings
 
 log = logging.getLogger(__name__)
 
@@ -273,16 +272,19 @@ class ChatScreen(Screen[None]):
 
     def action_settings(self) -> None:
         """Open the generation settings dialog."""
-        from localspec.tui.screens.settings import SettingsScreen
+        from localspec.tui.screens.settings import SettingsChange, SettingsScreen
 
-        def apply(settings: ChatSettings | None) -> None:
-            if settings is not None:
-                self.lsapp.chat_settings = settings
-                self.query_one(Transcript).set_show_accepted(settings.show_accepted)
+        def apply(change: SettingsChange | None) -> None:
+            if change is not None:
+                self.lsapp.chat_settings = change.chat
+                self.query_one(Transcript).set_show_accepted(change.chat.show_accepted)
                 self._update_title()
+                self.lsapp.set_numerics(change.numerics)
 
-        kernel = self.lsapp.engine.info.kernel if self.lsapp.engine is not None else "—"
-        self.app.push_screen(SettingsScreen(self.lsapp.chat_settings, kernel), apply)
+        engine = self.lsapp.engine
+        kernel = engine.info.kernel if engine is not None else "—"
+        numerics = engine.info.numerics if engine is not None else self.lsapp.numerics
+        self.app.push_screen(SettingsScreen(self.lsapp.chat_settings, kernel, numerics), apply)
 
 
 def _short(name: str) -> str:
