@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -52,7 +52,7 @@ def serve_command(
         gamma=draft_n_max,
     )
     flags.pair_paths()  # usage errors before any settings or weights
-    overrides = {
+    overrides: dict[str, Any] = {
         "host": host, "port": port, "api_key": api_key, "alias": alias, "max_queue": max_queue,
         "default_temperature": temp, "default_max_tokens": n_predict, "default_drafter": drafter,
     }

@@ -15,7 +15,7 @@ ends at its next step boundary with a last event whose finish_reason is "cancell
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from types import TracebackType
 
 from localspec.engine.metrics import SpecStats
@@ -43,7 +43,7 @@ class _Progress:
 
 
 def _events(lock: threading.Lock, wait: bool, loop: StepLoop, stats: SpecStats, cancel: threading.Event,
-            progress: _Progress) -> Iterator[TokenEvent]:
+            progress: _Progress) -> Generator[TokenEvent, None, None]:
     """Take the engine, run the loop, give the engine back (also on close or error)."""
     try:
         if not cancel.is_set():
