@@ -20,7 +20,7 @@ MAX_GAMMA = 32
 also the upper end of the speed model's search for the best γ (theory.best_gamma)."""
 
 MAX_STOP_STRINGS = 16
-"""Most stop strings one request may give."""
+"""Most stop strings one request may give (OpenAI allows 4; llama.cpp any number)."""
 
 NUMERICS_MODES = ("exact", "fast")
 """How the target computes: `exact` = batch-invariant kernels (a row's logits do not depend on
