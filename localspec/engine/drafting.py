@@ -6,8 +6,8 @@
   speedups are measured against the same code path.
 - `PromptLookupDrafter` (ngram.py): continuations found in the context, no q.
 
-A drafter with a KV cache of its own exposes it as `kv_cache`; the engine rolls it back
-with the target's (engine/cache.py), so a drafter never truncates its own cache.
+A drafter with a KV cache of its own exposes it as `kv_cache`; after every step the engine
+drops its rejected drafts together with the target's (engine/cache.rollback).
 """
 
 from __future__ import annotations
