@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make run    set up (if needed) and open the TUI on the offline default pair
 #   make test   set up (if needed) and run the whole test suite (what CI runs)
+#   make lint   set up (if needed) and type-check the package (CI runs it before the tests)
 VENV ?= .venv
 PYTEST_ARGS ?=
 
@@ -18,7 +19,7 @@ test: setup
 	$(VENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/python -m mypy localspec/engine localspec/kernels
+	$(VENV)/bin/python -m mypy localspec
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -15,6 +15,10 @@ class ModelLoadError(LocalSpecError):
     """llama.cpp could not load a GGUF file."""
 
 
+class DecodeError(LocalSpecError):
+    """llama.cpp failed to evaluate a batch of tokens (llama_decode returned an error code)."""
+
+
 class IncompatibleModelsError(LocalSpecError):
     """The drafter cannot draft for the target (different tokenizers)."""
 

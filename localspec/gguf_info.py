@@ -37,7 +37,7 @@ def _header_reader(path: str) -> Any:
     so a header-only or truncated file (a split's first part) can still be read."""
     from gguf import GGUFReader
 
-    class HeaderReader(GGUFReader):  # type: ignore[misc]
+    class HeaderReader(GGUFReader):
         def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
             self.tensors = []
 

@@ -1,6 +1,6 @@
 """The speculative-decoding speed model of Leviathan et al. 2023 (arXiv 2211.17192, §3).
 
-Symbols (DESIGN.md):
+Symbols:
 - α: probability that the target accepts one draft token (assumed i.i.d. per position).
 - γ: draft length (tokens proposed per step); γ = 0 is plain decoding.
 - c: drafter cost per token / target cost per token.
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from localspec.types import MAX_GAMMA
+
 BatchCost = Callable[[int], float]
 """b(γ): relative cost of verifying γ draft tokens plus one, with b(0) == 1."""
-
-MAX_GAMMA = 16
 
 
 def expected_tokens_per_step(alpha: float, gamma: int) -> float:
@@ -33,8 +33,9 @@ def expected_tokens_per_step(alpha: float, gamma: int) -> float:
 
 
 def linear_batch_cost(slope: float) -> BatchCost:
-    """b(γ) = 1 + slope·γ: slope ≈ 0.01–0.03 on a GPU, ≈ 0.3 on this 2-core CPU
-    (ENVIRONMENT.md: batch of 5 = 2.13×, batch of 9 = 3.48× one token)."""
+    """b(γ) = 1 + slope·γ: slope ≈ 0.01–0.03 on a GPU, ≈ 0.3 on a 2-core CPU (measured
+    there with the offline Qwen2.5-Coder 1.5B: a batch of 5 costs 2.13×, a batch of 9
+    3.48× one token)."""
 
     def b(gamma: int) -> float:
         return 1.0 + slope * gamma

@@ -12,6 +12,16 @@ from dataclasses import dataclass, field
 DRAFTER_KINDS = ("model", "ngram", "none", "adaptive")
 """Drafting policies: the model drafter, prompt lookup, plain decoding, or chosen per step."""
 
+DEFAULT_GAMMA = 4
+"""Draft length γ when neither the engine nor the request sets one (`--spec-draft-n-max`)."""
+
+MAX_GAMMA = 32
+"""Longest draft (γ) a request may ask for and any drafter proposes (vLLM's MAX_SPEC_LEN);
+also the upper end of the speed model's search for the best γ (theory.best_gamma)."""
+
+MAX_STOP_STRINGS = 16
+"""Most stop strings one request may give (OpenAI allows 4; llama.cpp any number)."""
+
 NUMERICS_MODES = ("exact", "fast")
 """How the target computes: `exact` = batch-invariant kernels (a row's logits do not depend on
 how many rows share its batch, so greedy speculative output is bit-identical to plain

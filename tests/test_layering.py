@@ -1,6 +1,12 @@
-"""The layering of DESIGN.md, enforced on the source: each module imports only from layers
+"""The package's layering, enforced on the source: each module imports only from layers
 below it, front ends never import each other, and heavy or native libraries are imported by
-exactly the module that owns them."""
+exactly the module that owns them.
+
+    0  errors, types, paths                          stdlib only
+    1  hardware, catalog, kernels, gguf_info, compat, store, prompts, theory
+    2  engine, recommend, download
+    3  tui, server, cli, bench                       (cli may import tui/server lazily)
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "localspec"
 LAYERS: dict[str, int] = {
     "localspec": 0, "localspec.__main__": 3, "localspec.errors": 0, "localspec.types": 0,
     "localspec.paths": 0, "localspec.gpus": 1,
-    "localspec.config": 1, "localspec.hardware": 1, "localspec.catalog": 1, "localspec.kernels": 1,
+    "localspec.hardware": 1, "localspec.catalog": 1, "localspec.kernels": 1,
     "localspec.gguf_info": 1, "localspec.compat": 1, "localspec.store": 1, "localspec.prompts": 1, "localspec.theory": 1,
     "localspec.engine": 2, "localspec.recommend": 2, "localspec.download": 2,
     "localspec.tui": 3, "localspec.server": 3, "localspec.cli": 3, "localspec.bench": 3,
@@ -128,3 +134,13 @@ def test_checker_allows_the_intended_imports() -> None:
 def test_layering_sees_the_package() -> None:
     names = {_module_name(p) for p in SOURCES}
     assert "localspec.kernels.reference" in names and len(names) > 5
+
+
+def test_the_step_loop_knows_drafters_only_through_their_protocol() -> None:
+    """engine/loop.py names no drafter kind and imports no concrete drafter or policy, so new
+    drafters plug in behind `Drafter` and `DraftPolicy` without touching the loop."""
+    tree = ast.parse((PKG / "engine" / "loop.py").read_text())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not strings & {"model", "ngram", "adaptive"}
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not imported & {"ModelDrafter", "PromptLookupDrafter", "NoDrafter", "AdaptivePolicy", "FixedPolicy"}

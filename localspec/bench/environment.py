@@ -112,6 +112,8 @@ def environment_record(
     n_ctx: int,
     n_gpu_layers: int,
     n_gpu_layers_draft: int,
+    numerics: str = "exact",
+    flash_attn: bool | None = None,
 ) -> dict[str, Any]:
     """Everything needed to say what produced the numbers."""
     try:
@@ -129,6 +131,8 @@ def environment_record(
             "python": platform.python_version(),
         },
         "kernel": kernel,
+        "numerics": numerics,
+        "flash_attn": flash_attn,
         "threads": {"requested": threads, "physical_cores": physical, "logical_cpus": os.cpu_count()},
         "n_ctx": n_ctx,
         "n_gpu_layers": n_gpu_layers,

@@ -3,7 +3,8 @@
 Everything is pooled as sums of counts and seconds (never averages of ratios), so
 AL = 1 + Σ accepted / Σ steps and tok/s = Σ generated / Σ generate-seconds.
 
-Model inputs (DESIGN.md, Leviathan et al. 2023), measured per (temperature, category):
+Model inputs (the speed model of localspec.theory, Leviathan et al. 2023), measured per
+(temperature, category):
 - α: per-token acceptance probability from the per-position counts (theory.estimate_alpha),
   pooled over the γ arms of one drafter by summing successes and trials.
 - c: drafter decode seconds per drafted token / target decode seconds per plain step.
@@ -101,14 +102,14 @@ def cost_ratio(draft_arms: Iterable[Mapping[str, Any]], plain: Mapping[str, Any]
         n_draft += a["num_draft_tokens"]
     if n_draft <= 0 or plain["num_steps"] <= 0 or plain["t_decode_target_s"] <= 0:
         return None
-    return (t_draft / n_draft) / (plain["t_decode_target_s"] / plain["num_steps"])
+    return float((t_draft / n_draft) / (plain["t_decode_target_s"] / plain["num_steps"]))
 
 
 def batch_cost(arm: Mapping[str, Any], plain: Mapping[str, Any]) -> float | None:
     """b(γ) = verify seconds per step of this arm / verify seconds per plain step."""
     if arm["num_steps"] <= 0 or plain["num_steps"] <= 0 or plain["t_verify_s"] <= 0:
         return None
-    return (arm["t_verify_s"] / arm["num_steps"]) / (plain["t_verify_s"] / plain["num_steps"])
+    return float((arm["t_verify_s"] / arm["num_steps"]) / (plain["t_verify_s"] / plain["num_steps"]))
 
 
 def interpolated_cost(points: Mapping[int, float]) -> theory.BatchCost:

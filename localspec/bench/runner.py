@@ -177,8 +177,9 @@ def _warm_up(engine: Engine, config: BenchConfig) -> None:
             prompt=WARMUP_PROMPT, max_tokens=config.warmup_tokens, temperature=0.0,
             drafter=kind, gamma=0 if kind == "none" else max(config.gammas), seed=0,
         )
-        for _ in engine.generate(req):
-            pass
+        with engine.generate(req) as generation:
+            for _ in generation:
+                pass
 
 
 def _generate(
@@ -187,19 +188,16 @@ def _generate(
     t0 = time.perf_counter()
     parts: list[str] = []
     emitted = 0
-    it = engine.generate(request)
-    try:
-        for ev in it:
+    with engine.generate(request) as generation:  # Ctrl-C inside gives the engine back
+        for ev in generation:
             parts.append(ev.text)
             if ev.token_id >= 0:
                 emitted += 1
                 if progress is not None:
                     progress(1, label)
-    finally:
-        it.close()  # type: ignore[attr-defined]
     if progress is not None and request.max_tokens > emitted:
         progress(request.max_tokens - emitted, label)
-    return "".join(parts), engine.stats().to_dict(), time.perf_counter() - t0
+    return "".join(parts), generation.stats.to_dict(), time.perf_counter() - t0
 
 
 def run_bench(

@@ -4,9 +4,11 @@ command functions so `localspec --help` stays fast."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 import typer
 
@@ -60,7 +62,14 @@ def _root(ctx: typer.Context, verbose: bool = typer.Option(False, "-v", "--verbo
     if ctx.invoked_subcommand is None:
         from localspec.cli.tui import tui_command
 
-        ctx.invoke(tui_command)
+        ctx.invoke(tui_command, **_defaults(tui_command))  # as `localspec tui`
+
+
+def _defaults(command: Callable[..., object]) -> dict[str, object]:
+    """Every parameter of `command` at its default (the shared flags are declared as
+    `typer.Option(default, ...)` objects, whose `.default` is the value)."""
+    return {name: getattr(p.default, "default", p.default)
+            for name, p in inspect.signature(command).parameters.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,10 +68,12 @@ def register(app: typer.Typer) -> None:
         markdown: Annotated[Path | None, typer.Option("--markdown", help="Write the tables as markdown here.")] = None,
         seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed (per-turn seeds derive from it).")] = 0,
         warmup_tokens: Annotated[int, typer.Option("--warmup-tokens", min=0, help="Warm-up tokens per drafter (not recorded).")] = 8,
-        ctx_size: int = opt.CTX,
-        threads: int | None = opt.THREADS,
         n_gpu_layers: int = opt.NGL,
         n_gpu_layers_draft: int = opt.NGLD,
+        ctx_size: int = opt.CTX,
+        threads: int | None = opt.THREADS,
+        flash_attn: bool | None = opt.FLASH_ATTN,
+        numerics: str = opt.NUMERICS,
         kernel: str | None = opt.KERNEL,
     ) -> None:
         """Measure acceptance length, tok/s and speedup per category and γ; estimate α, c, b(γ) and the best γ."""
@@ -86,7 +88,6 @@ def register(app: typer.Typer) -> None:
         from localspec.bench.plot import write_plot
         from localspec.bench.report import build_report, markdown_tables, rebuild_report, render_tables, write_json
         from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
-        from localspec.engine import Engine, ModelSpec
         from localspec.prompts import load_builtin, load_prompt_file, select
 
         console = Console(width=None if sys.stdout.isatty() else 160)
@@ -130,24 +131,25 @@ def register(app: typer.Typer) -> None:
             warmup_tokens=warmup_tokens,
         )
 
-        target_path, draft_path = opt.resolve_pair(model, model_draft)
+        flags = opt.ModelFlags(
+            model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+            ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+            gamma=max(gammas),
+        )
+        target_path, draft_path = flags.pair_paths()
         if "model" in kinds and draft_path is None:
             raise typer.BadParameter("the model drafter needs -md/--model-draft (or drop 'model' from --drafters)", param_hint="-md")
-        spec_t = ModelSpec(target_path, n_gpu_layers=n_gpu_layers, n_ctx=ctx_size, n_threads=threads, name=Path(target_path).stem)
-        spec_d = (
-            ModelSpec(draft_path, n_gpu_layers=n_gpu_layers_draft, n_ctx=ctx_size, n_threads=threads, name=Path(draft_path).stem)
-            if draft_path else None
-        )
         console.print(
             f"bench: {len(chosen)} prompts in {len(dict.fromkeys(p.category for p in chosen))} categories, "
             f"arms {', '.join(a.key for a in config.arms)}, T={','.join(f'{t:g}' for t in temps)}, "
             f"{max_tokens} tokens per turn"
         )
-        engine = Engine(spec_t, spec_d, kernel=kernel, gamma=max(gammas))
+        engine = flags.build_engine()
         try:
             env = environment_record(
                 target_path, draft_path, kernel=engine.info.kernel, threads=threads, n_ctx=ctx_size,
-                n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+                n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, numerics=engine.info.numerics,
+                flash_attn=flash_attn,
             )
             total = planned_units(chosen, config)
             with Progress(

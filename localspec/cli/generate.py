@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import typer
 
 from localspec.cli import _options as opt
+
+if TYPE_CHECKING:
+    from localspec.engine import SpecStats
 
 GENERATE_EXAMPLES = [
     "localspec generate -p 'def quicksort(xs):'",
@@ -40,48 +45,49 @@ def generate(
     ngld: int = opt.NGLD,
     ctx: int = opt.CTX,
     threads: int | None = opt.THREADS,
-    gamma: int = opt.GAMMA,
-    kernel: str | None = opt.KERNEL,
     flash_attn: bool | None = opt.FLASH_ATTN,
+    numerics: str = opt.NUMERICS,
+    kernel: str | None = opt.KERNEL,
+    gamma: int | None = opt.GAMMA,
 ) -> None:
     """Stream one generation; `--compare-plain` adds plain decoding in the same process."""
-    from localspec.engine import ChatMessage, Engine, GenerationRequest
+    from localspec.engine import ChatMessage, GenerationRequest
 
-    engine = opt.build_engine(model, model_draft, ngl=ngl, ngld=ngld, ctx=ctx, threads=threads, gamma=gamma,
-                              kernel=kernel, flash_attn=flash_attn)
-    assert isinstance(engine, Engine)
-    if chat:
-        msgs = ([ChatMessage("system", system)] if system else []) + [ChatMessage("user", prompt)]
-        base = GenerationRequest(messages=tuple(msgs), max_tokens=n_predict)
-    else:
-        base = GenerationRequest(prompt=prompt, max_tokens=n_predict)
-    from dataclasses import replace
+    engine = opt.ModelFlags(
+        model=model, model_draft=model_draft, n_gpu_layers=ngl, n_gpu_layers_draft=ngld, ctx_size=ctx,
+        threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel, gamma=gamma,
+    ).build_engine()
+    try:
+        if chat:
+            msgs = ([ChatMessage("system", system)] if system else []) + [ChatMessage("user", prompt)]
+            base = GenerationRequest(messages=tuple(msgs), max_tokens=n_predict)
+        else:
+            base = GenerationRequest(prompt=prompt, max_tokens=n_predict)
+        request = replace(base, temperature=temp, top_p=top_p, top_k=top_k, seed=seed, stop=tuple(stop),
+                          drafter=drafter, gamma=gamma, p_min=p_min)
+        with engine.generate(request) as generation:
+            for event in generation:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        sys.stdout.write("\n")
+        spec = generation.stats
+        typer.secho(_stats_line(spec), fg="cyan", err=True)
+        if compare_plain:
+            with engine.generate(replace(request, drafter="none")) as generation:
+                for _ in generation:
+                    pass
+            plain = generation.stats
+            typer.secho(_stats_line(plain), fg="cyan", err=True)
+            ratio = spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else float("nan")
+            typer.secho(
+                f"speculative {spec.tokens_per_s:.2f} tok/s vs plain {plain.tokens_per_s:.2f} tok/s: {ratio:.2f}x",
+                bold=True, err=True,
+            )
+    finally:
+        engine.close()
 
-    request = replace(base, temperature=temp, top_p=top_p, top_k=top_k, seed=seed, stop=tuple(stop),
-                      drafter=drafter, gamma=gamma, p_min=p_min)
-    for event in engine.generate(request):
-        sys.stdout.write(event.text)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
-    spec = engine.stats()
-    typer.secho(_stats_line(spec), fg="cyan", err=True)
-    if compare_plain:
-        for _ in engine.generate(replace(request, drafter="none")):
-            pass
-        plain = engine.stats()
-        typer.secho(_stats_line(plain), fg="cyan", err=True)
-        ratio = spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else float("nan")
-        typer.secho(
-            f"speculative {spec.tokens_per_s:.2f} tok/s vs plain {plain.tokens_per_s:.2f} tok/s: {ratio:.2f}x",
-            bold=True, err=True,
-        )
-    engine.close()
 
-
-def _stats_line(s: object) -> str:
-    from localspec.engine import SpecStats
-
-    assert isinstance(s, SpecStats)
+def _stats_line(s: SpecStats) -> str:
     gammas = ",".join(f"{g}:{n}" for g, n in sorted(s.gamma_counts.items()))
     return (
         f"[{s.drafter}] {s.num_generated_tokens} tokens in {s.t_generate_s:.2f}s = {s.tokens_per_s:.2f} tok/s | "
@@ -89,5 +95,5 @@ def _stats_line(s: object) -> str:
         f"AL {s.mean_acceptance_length:.2f} acceptance {s.acceptance_rate:.1%} | γ used {{{gammas}}} | "
         f"draft {s.t_draft_s:.2f}s verify {s.t_verify_s:.2f}s accept {s.t_accept_s * 1e3:.1f}ms | "
         f"prefill {s.num_prompt_tokens} tok ({s.num_cached_prompt_tokens} cached) {s.t_prefill_s:.2f}s | "
-        f"outside llama_decode {s.overhead_share:.1%} | kernel {s.kernel}"
+        f"outside llama_decode {s.overhead_share:.1%} | kernel {s.kernel} | numerics {s.numerics}"
     )

@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from localspec.cli import _options as opt
 
 log = logging.getLogger(__name__)
 
 SERVE_EXAMPLES = [
     "localspec serve                                  # offline default pair on http://127.0.0.1:8000/v1",
     "localspec serve -m target.gguf -md draft.gguf -ngl 99 -ngld 99 -c 8192 --alias coder",
+    "localspec serve --numerics fast                  # llama.cpp's fastest kernels",
     "LOCALSPEC_API_KEY=secret localspec serve --host 0.0.0.0 --port 8080",
 ]
 
 
 def serve_command(
-    model: Annotated[str | None, typer.Option("-m", "--model", help="Target GGUF path (default: the offline default pair).")] = None,
-    model_draft: Annotated[str | None, typer.Option("-md", "--model-draft", help="Drafter GGUF path (same tokenizer as the target).")] = None,
-    n_gpu_layers: Annotated[int, typer.Option("-ngl", "--n-gpu-layers", help="Target layers on the GPU (-1 = all).")] = 0,
-    n_gpu_layers_draft: Annotated[int, typer.Option("-ngld", "--n-gpu-layers-draft", help="Drafter layers on the GPU.")] = 0,
-    ctx_size: Annotated[int, typer.Option("-c", "--ctx-size", help="Context window in tokens.")] = 4096,
-    threads: Annotated[int | None, typer.Option("-t", "--threads", help="CPU threads (default: physical cores).")] = None,
-    draft_n_max: Annotated[int | None, typer.Option("--spec-draft-n-max", help="Draft length γ (maximum for adaptive).")] = None,
-    kernel: Annotated[str | None, typer.Option("--kernel", help="Acceptance backend (default: LOCALSPEC_KERNEL or auto).")] = None,
+    model: str | None = opt.MODEL,
+    model_draft: str | None = opt.MODEL_DRAFT,
+    n_gpu_layers: int = opt.NGL,
+    n_gpu_layers_draft: int = opt.NGLD,
+    ctx_size: int = opt.CTX,
+    threads: int | None = opt.THREADS,
+    flash_attn: bool | None = opt.FLASH_ATTN,
+    numerics: str = opt.NUMERICS,
+    kernel: str | None = opt.KERNEL,
+    draft_n_max: int | None = opt.GAMMA,
     alias: Annotated[str | None, typer.Option("--alias", help="Model id clients use (default: the target's name).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Address to bind (default 127.0.0.1, loopback only).")] = None,
     port: Annotated[int | None, typer.Option("--port", help="TCP port (default 8000).")] = None,
@@ -38,36 +43,31 @@ def serve_command(
     """Serve a speculative pair over an OpenAI-compatible HTTP API (with /metrics)."""
     import uvicorn
 
-    from localspec.engine import DEFAULT_GAMMA, Engine, ModelSpec
     from localspec.server.app import create_app
     from localspec.server.settings import ServerSettings
 
-    if model_draft and not model:
-        raise typer.BadParameter("-md needs -m (the target it drafts for)", param_hint="-md")
-    overrides = {
+    flags = opt.ModelFlags(
+        model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+        gamma=draft_n_max,
+    )
+    flags.pair_paths()  # usage errors before any settings or weights
+    overrides: dict[str, Any] = {
         "host": host, "port": port, "api_key": api_key, "alias": alias, "max_queue": max_queue,
         "default_temperature": temp, "default_max_tokens": n_predict, "default_drafter": drafter,
     }
     settings = ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     if strict_model:
         settings = settings.model_copy(update={"strict_model": True})
-    if model is None:
-        from localspec.store import default_pair_paths
-
-        target_path, draft_path = (str(p) for p in default_pair_paths())
-    else:
-        target_path, draft_path = model, model_draft
-    target = ModelSpec(target_path, n_gpu_layers=n_gpu_layers, n_ctx=ctx_size, n_threads=threads)
-    draft = (ModelSpec(draft_path, n_gpu_layers=n_gpu_layers_draft, n_ctx=ctx_size, n_threads=threads)
-             if draft_path else None)
-    engine = Engine(target, draft, kernel=kernel, gamma=draft_n_max if draft_n_max is not None else DEFAULT_GAMMA)
+    engine = flags.build_engine()
     try:
         app = create_app(engine, settings)
         if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.api_key_value is None:
             log.warning("binding %s without an API key: anyone who can reach it can use the model", settings.host)
         info = engine.info
-        typer.echo(f"localspec: {info.target} ← {info.draft or 'no drafter'} (kernel {info.kernel}) on "
-                   f"http://{settings.host}:{settings.port}/v1  (model id {app.state.serving.model_id!r})", err=True)
+        typer.echo(f"localspec: {info.target} ← {info.draft or 'no drafter'} (kernel {info.kernel}, "
+                   f"{info.numerics} numerics) on http://{settings.host}:{settings.port}/v1  "
+                   f"(model id {app.state.serving.model_id!r})", err=True)
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     finally:
         engine.close()

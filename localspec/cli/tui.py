@@ -6,32 +6,43 @@ from typing import Annotated
 
 import typer
 
+from localspec.cli import _options as opt
+
 TUI_EXAMPLES = [
     "localspec                      # the offline default pair (Qwen2.5-Coder 1.5B ← 0.5B)",
-    "localspec tui -m target.gguf -md draft.gguf -ngl 99 -ngld 99 -c 8192",
+    "localspec tui -m target.gguf -md draft.gguf -ngl 99 -ngld 99 -c 8192 --numerics fast",
 ]
 
 
 def tui_command(
-    model: Annotated[str | None, typer.Option("-m", "--model", help="Target GGUF path (default: the offline default pair).")] = None,
-    model_draft: Annotated[str | None, typer.Option("-md", "--model-draft", help="Drafter GGUF path (same tokenizer as the target).")] = None,
-    n_gpu_layers: Annotated[int, typer.Option("-ngl", "--n-gpu-layers", help="Target layers on the GPU (-1 = all).")] = 0,
-    n_gpu_layers_draft: Annotated[int, typer.Option("-ngld", "--n-gpu-layers-draft", help="Drafter layers on the GPU.")] = 0,
-    ctx_size: Annotated[int, typer.Option("-c", "--ctx-size", help="Context window in tokens.")] = 4096,
-    kernel: Annotated[str | None, typer.Option("--kernel", help="Acceptance backend (default: LOCALSPEC_KERNEL or auto).")] = None,
+    model: str | None = opt.MODEL,
+    model_draft: str | None = opt.MODEL_DRAFT,
+    n_gpu_layers: int = opt.NGL,
+    n_gpu_layers_draft: int = opt.NGLD,
+    ctx_size: int = opt.CTX,
+    threads: int | None = opt.THREADS,
+    flash_attn: bool | None = opt.FLASH_ATTN,
+    numerics: str = opt.NUMERICS,
+    kernel: str | None = opt.KERNEL,
+    draft_n_max: int | None = opt.GAMMA,
     temp: Annotated[float, typer.Option("--temp", help="Sampling temperature (0 = greedy).")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed (default: random).")] = None,
-    draft_n_max: Annotated[int | None, typer.Option("--spec-draft-n-max", help="Draft length γ (maximum for adaptive).")] = None,
 ) -> None:
     """Open the TUI: choose, download and chat with a speculative pair, stats live."""
     from localspec.tui.app import make_app
     from localspec.tui.settings import ChatSettings, TuiSettings
 
-    if model_draft and not model:
-        raise typer.BadParameter("-md needs -m (the target it drafts for)", param_hint="-md")
+    flags = opt.ModelFlags(
+        model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+        gamma=draft_n_max,
+    )
+    # nothing given: the app loads the default pair itself (or opens the models screen)
+    target, draft = flags.pair_paths() if model is not None or model_draft is not None else (None, None)
     settings = TuiSettings(
-        target=model, draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-        n_ctx=ctx_size, kernel=kernel, chat=ChatSettings(temperature=temp, seed=seed, gamma=draft_n_max),
+        target=target, draft=draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
+        n_ctx=ctx_size, n_threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+        chat=ChatSettings(temperature=temp, seed=seed, gamma=draft_n_max),
     )
     make_app(settings=settings).run()
 

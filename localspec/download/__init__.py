@@ -1,7 +1,7 @@
 """Models from the Hugging Face Hub and the HF cache. The only package that imports
-huggingface_hub (tests/test_layering.py enforces it): hub.py downloads, cache.py lists and removes cached
-GGUFs (merged with the offline store and added paths), refresh.py updates the catalog
-(models and drafter files)."""
+huggingface_hub (tests/test_layering.py enforces it): hub.py downloads, cache.py lists and
+removes cached GGUFs (merged with the offline store and added paths), refresh.py updates
+the catalog (models and drafter files)."""
 
 from __future__ import annotations
 

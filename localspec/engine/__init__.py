@@ -1,16 +1,19 @@
 """The speculative decoding engine: the public API front ends use.
 
-`Engine.generate(GenerationRequest) -> Iterator[TokenEvent]`, `Engine.cancel()`,
-`Engine.stats() -> SpecStats`. Nothing here knows about the TUI, the server or the CLI.
+`Engine.generate(GenerationRequest) -> Generation`: iterate it for `TokenEvent`s; it has
+its own `cancel()`, live `stats` (a `SpecStats`), `close()` and `with` use. Nothing here
+knows about the TUI, the server or the CLI.
 """
 
 from __future__ import annotations
 
-from localspec.engine.loop import DEFAULT_GAMMA, Engine, EngineInfo
+from localspec.engine.engine import Engine, EngineInfo
+from localspec.engine.generation import Generation
 from localspec.engine.metrics import SpecStats
-from localspec.types import ChatMessage, GenerationRequest, ModelSpec, TokenEvent, TokenSource
+from localspec.engine.request import PreparedRequest
+from localspec.types import DEFAULT_GAMMA, ChatMessage, GenerationRequest, ModelSpec, TokenEvent, TokenSource
 
 __all__ = [
-    "DEFAULT_GAMMA", "ChatMessage", "Engine", "EngineInfo", "GenerationRequest", "ModelSpec",
-    "SpecStats", "TokenEvent", "TokenSource",
+    "DEFAULT_GAMMA", "ChatMessage", "Engine", "EngineInfo", "Generation", "GenerationRequest", "ModelSpec",
+    "PreparedRequest", "SpecStats", "TokenEvent", "TokenSource",
 ]

@@ -8,9 +8,10 @@ import numpy.typing as npt
 
 from localspec.engine.drafting import DraftProposal
 from localspec.kernels import AcceptanceBackend
-from localspec.types import AcceptResult, SamplingParams
+from localspec.types import MAX_GAMMA, AcceptResult, SamplingParams
 
-_NO_UNIFORMS = np.zeros(33, dtype=np.float64)
+_NO_UNIFORMS = np.zeros(MAX_GAMMA + 1, dtype=np.float64)
+"""Greedy acceptance draws no randomness: zeros for the longest verify batch (γ + 1 rows)."""
 
 
 class Acceptor:

@@ -21,7 +21,6 @@ acceptance estimates carry over with reduced weight so a new request adapts quic
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -178,7 +177,6 @@ class AdaptivePolicy:
         self._time_since_model = 0.0
         self._probing = False
         self._context: Sequence[int] = ()
-        self.last_choice = "none"
 
     def bind(self, context: Sequence[int]) -> None:
         """The committed context the policy may read (n-gram matches)."""
@@ -242,7 +240,6 @@ class AdaptivePolicy:
         return extra <= PROBE_BUDGET * self._time_since_model
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
-        self.last_choice = name
         if name == "model" and self.model is not None:
             return self.model, k
         if name == "ngram":
@@ -271,8 +268,3 @@ class AdaptivePolicy:
         """Per-step time outside draft and verify (acceptance, detokenizing, bookkeeping)."""
         s = self.state
         s.overhead = 0.9 * s.overhead + 0.1 * seconds if s.overhead else seconds
-
-
-def fresh_state(template: PolicyState | None = None) -> PolicyState:
-    """A copy of `template` (or a new state)."""
-    return copy.deepcopy(template) if template is not None else PolicyState()

@@ -10,35 +10,42 @@ import numpy as np
 import numpy.typing as npt
 
 
-class ModelBackend(Protocol):
-    """One loaded model with one KV cache (sequence 0) and its tokenizer.
+class KVCache(Protocol):
+    """A KV cache as rollback sees it: which tokens it holds, and a way to drop a suffix.
 
-    `tokens` is exactly what the KV cache holds, positions 0..n_past-1. `decode` appends at
-    n_past; `truncate` drops everything from a position on. The logits returned by
-    `decode` are a view valid only until the next `decode` (consume or copy first).
+    `tokens` is exactly what the cache holds, positions 0..n_past-1.
     """
 
-    name: str
-    n_vocab: int
-    n_ctx: int
     tokens: list[int]
-    numerics: str
-    """The numerics mode this model really runs in (`exact` or `fast`, types.NUMERICS_MODES)."""
-    t_decode_s: float
-    """Cumulative seconds spent inside the model's decode call (for overhead accounting)."""
 
     @property
     def n_past(self) -> int:
         """Number of positions in the KV cache."""
         ...
 
+    def truncate(self, n_past: int) -> None:
+        """Drop KV positions >= n_past (rollback)."""
+        ...
+
+
+class ModelBackend(KVCache, Protocol):
+    """One loaded model with one KV cache (sequence 0) and its tokenizer.
+
+    `decode` appends at n_past; `truncate` drops everything from a position on. The logits
+    returned by `decode` are a view valid only until the next `decode` (consume or copy first).
+    """
+
+    name: str
+    n_vocab: int
+    n_ctx: int
+    numerics: str
+    """The numerics mode this model really runs in (`exact` or `fast`, types.NUMERICS_MODES)."""
+    t_decode_s: float
+    """Cumulative seconds spent inside the model's decode call (for overhead accounting)."""
+
     def decode(self, tokens: Sequence[int], all_logits: bool = False) -> npt.NDArray[np.float32]:
         """Evaluate `tokens` at positions n_past..; return logits rows: [len(tokens), V] when
         `all_logits`, else [1, V] for the last token."""
-        ...
-
-    def truncate(self, n_past: int) -> None:
-        """Drop KV positions >= n_past (rollback)."""
         ...
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

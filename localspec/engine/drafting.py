@@ -5,6 +5,9 @@
 - `NoDrafter`: proposes nothing: plain decoding (γ = 0) through the same loop, so
   speedups are measured against the same code path.
 - `PromptLookupDrafter` (ngram.py): continuations found in the context, no q.
+
+A drafter with a KV cache of its own exposes it as `kv_cache`; after every step the engine
+drops its rejected drafts together with the target's (engine/cache.rollback).
 """
 
 from __future__ import annotations
@@ -16,12 +19,10 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from localspec.engine.backend import ModelBackend, common_prefix_len
+from localspec.engine import cache
+from localspec.engine.backend import KVCache, ModelBackend
 from localspec.kernels.reference import probs_from_logits, sample_from_weights
-from localspec.types import SamplingParams
-
-MAX_GAMMA = 32
-"""Longest draft any drafter proposes (vLLM's MAX_SPEC_LEN)."""
+from localspec.types import MAX_GAMMA, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class Drafter(Protocol):
 
     name: str
 
+    @property
+    def kv_cache(self) -> KVCache | None:
+        """The drafter's own KV cache, rolled back by the engine after every step; None if it has none."""
+        ...
+
     def begin(self, context: Sequence[int]) -> None:
         """A new request starts with `context` (prompt tokens; the last one not yet evaluated)."""
         ...
@@ -53,7 +59,8 @@ class Drafter(Protocol):
         ...
 
     def observe(self, context: Sequence[int]) -> None:
-        """The step committed; `context` is the new committed sequence (roll back to it)."""
+        """The step committed; `context` is the new committed sequence (its KV cache, if
+        any, has already been rolled back to it)."""
         ...
 
 
@@ -61,6 +68,7 @@ class NoDrafter:
     """Plain decoding: never drafts."""
 
     name = "none"
+    kv_cache: KVCache | None = None
 
     def begin(self, context: Sequence[int]) -> None:
         """Nothing to prepare."""
@@ -72,7 +80,7 @@ class NoDrafter:
         return EMPTY
 
     def observe(self, context: Sequence[int]) -> None:
-        """Nothing to roll back."""
+        """Nothing to follow."""
 
 
 class ModelDrafter:
@@ -94,13 +102,14 @@ class ModelDrafter:
         self.decode_log: list[tuple[int, float]] = []
         """(tokens, seconds) of each decode call of the last proposal (for cost models)."""
 
+    @property
+    def kv_cache(self) -> KVCache:
+        """The draft model's KV cache (the engine drops the rejected drafts from it)."""
+        return self.backend
+
     def begin(self, context: Sequence[int]) -> None:
         """Reuse the cached prefix and evaluate the rest of the prompt but its last token."""
-        b = self.backend
-        keep = min(common_prefix_len(b.tokens, context), len(context) - 1)
-        b.truncate(keep)
-        if len(context) - 1 > keep:
-            b.decode(context[keep:-1])
+        cache.prefill(self.backend, context)
 
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
@@ -142,6 +151,4 @@ class ModelDrafter:
         return DraftProposal(tuple(tokens), logits, self.name)
 
     def observe(self, context: Sequence[int]) -> None:
-        """Drop drafted positions the target did not keep."""
-        b = self.backend
-        b.truncate(common_prefix_len(b.tokens, context))
+        """Nothing to do: the engine has already dropped the rejected drafts from its cache."""

@@ -217,7 +217,9 @@ class LlamaCppBackend:
                         f"{self.name}: no KV cache slot for {len(chunk)} tokens at position {pos0}; "
                         "raise -c/--ctx-size"
                     )
-                raise ModelLoadError(f"{self.name}: llama_decode failed with code {rc}")
+                from localspec.errors import DecodeError
+
+                raise DecodeError(f"{self.name}: llama_decode failed with code {rc}")
         self.tokens.extend(int(t) for t in tokens)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))

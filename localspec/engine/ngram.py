@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localspec.engine.backend import KVCache
 from localspec.engine.drafting import EMPTY, DraftProposal
 from localspec.types import SamplingParams
 
@@ -16,6 +17,8 @@ class PromptLookupDrafter:
     """Longest n-gram match first (n from n_max down to n_min), most recent occurrence."""
 
     name = "ngram"
+    kv_cache: KVCache | None = None
+    """None: prompt lookup keeps no KV cache."""
 
     def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
         if not 1 <= n_min <= n_max:

@@ -1,33 +1,95 @@
-"""Check a GenerationRequest and turn it into what the loop needs (before any compute)."""
+"""Check a GenerationRequest and turn it into what the loop needs, before any compute.
+
+The data path is one way: request -> prompt text (the target's chat template for
+`messages`) -> the target's tokens -> `PreparedRequest`. `prepare` needs only a tokenizer
+and the engine's limits, never the Engine itself.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from localspec.engine.drafting import MAX_GAMMA
+from localspec.engine.chat import render_chat
 from localspec.errors import ContextOverflowError, InvalidRequestError
-from localspec.types import DRAFTER_KINDS, GenerationRequest, SamplingParams
+from localspec.types import (
+    DRAFTER_KINDS,
+    MAX_GAMMA,
+    MAX_STOP_STRINGS,
+    ChatMessage,
+    GenerationRequest,
+    SamplingParams,
+)
 
-if TYPE_CHECKING:
-    from localspec.engine.loop import Engine
 
-MAX_STOP_STRINGS = 16
+class Tokenizer(Protocol):
+    """The target's tokenizer and chat template (a `ModelBackend` is one)."""
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids."""
+        ...
+
+    @property
+    def chat_template(self) -> str | None:
+        """The GGUF's Jinja chat template, if any."""
+        ...
+
+    @property
+    def bos_token(self) -> str:
+        """Text of the BOS token ("" if none)."""
+        ...
+
+    @property
+    def eos_token(self) -> str:
+        """Text of the EOS token ("" if none)."""
+        ...
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A validated request: tokens, sampling, budget."""
+class Limits:
+    """What a request is checked against besides its own fields."""
+
+    n_ctx: int
+    """The target's context window in tokens."""
+    default_gamma: int
+    """γ when the request gives none."""
+    has_draft_model: bool
+    """Whether the `model` drafter exists."""
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A validated request: prompt tokens, sampling, budget and drafting choice."""
 
     prompt_tokens: tuple[int, ...]
     params: SamplingParams
     seed: int | None
     stop: tuple[str, ...]
     max_tokens: int
+    """Capped by the room the prompt leaves in the context."""
     drafter: str
+    """One of DRAFTER_KINDS."""
     gamma: int
     p_min: float
+
+
+def prompt_text(tokenizer: Tokenizer, request: GenerationRequest) -> str:
+    """The text to tokenize: `prompt` as is, or `messages` under the chat template."""
+    if request.messages is None:
+        assert request.prompt is not None
+        return request.prompt
+    return chat_text(tokenizer, request.messages, request.add_generation_prompt)
+
+
+def chat_text(
+    tokenizer: Tokenizer, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True
+) -> str:
+    """`messages` rendered with the tokenizer's own chat template."""
+    return render_chat(
+        tokenizer.chat_template, messages, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
+        add_generation_prompt=add_generation_prompt,
+    )
 
 
 def _number(value: object, name: str) -> float:
@@ -36,12 +98,17 @@ def _number(value: object, name: str) -> float:
     return float(value)
 
 
-def prepare(engine: Engine, request: GenerationRequest) -> Prepared:
-    """Validate `request` against `engine` and tokenize its prompt."""
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) -> PreparedRequest:
+    """Validate `request` (InvalidRequestError names the field; ContextOverflowError when the
+    prompt does not fit) and tokenize its prompt."""
     r = request
     if (r.prompt is None) == (r.messages is None):
         raise InvalidRequestError("give exactly one of prompt or messages", param="prompt")
-    if not isinstance(r.max_tokens, int) or isinstance(r.max_tokens, bool) or r.max_tokens < 1:
+    if not _is_int(r.max_tokens) or r.max_tokens < 1:
         raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {r.max_tokens!r}", param="max_tokens")
     temperature = _number(r.temperature, "temperature")
     if not 0.0 <= temperature <= 100.0:
@@ -49,47 +116,41 @@ def prepare(engine: Engine, request: GenerationRequest) -> Prepared:
     top_p = _number(r.top_p, "top_p")
     if not 0.0 < top_p <= 1.0:
         raise InvalidRequestError(f"top_p must be in (0, 1], got {top_p}", param="top_p")
-    if not isinstance(r.top_k, int) or isinstance(r.top_k, bool) or r.top_k < 0:
+    if not _is_int(r.top_k) or r.top_k < 0:
         raise InvalidRequestError(f"top_k must be an integer >= 0, got {r.top_k!r}", param="top_k")
     p_min = _number(r.p_min, "p_min")
     if not 0.0 <= p_min < 1.0:
         raise InvalidRequestError(f"p_min must be in [0, 1), got {p_min}", param="p_min")
-    if r.seed is not None and (not isinstance(r.seed, int) or isinstance(r.seed, bool) or r.seed < 0):
+    if r.seed is not None and (not _is_int(r.seed) or r.seed < 0):
         raise InvalidRequestError(f"seed must be a non-negative integer, got {r.seed!r}", param="seed")
     if r.drafter not in DRAFTER_KINDS:
         raise InvalidRequestError(
             f"drafter must be one of {', '.join(DRAFTER_KINDS)}, got {r.drafter!r}", param="drafter"
         )
-    if r.drafter == "model" and engine.draft is None:
+    if r.drafter == "model" and not limits.has_draft_model:
         raise InvalidRequestError(
             "drafter 'model' needs a draft model: load one with -md/--model-draft", param="drafter"
         )
-    gamma = engine.default_gamma if r.gamma is None else r.gamma
-    if not isinstance(gamma, int) or isinstance(gamma, bool) or not 0 <= gamma <= MAX_GAMMA:
+    gamma = limits.default_gamma if r.gamma is None else r.gamma
+    if not _is_int(gamma) or not 0 <= gamma <= MAX_GAMMA:
         raise InvalidRequestError(f"gamma must be an integer in [0, {MAX_GAMMA}], got {gamma!r}", param="gamma")
     stop = tuple(r.stop)
     if len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) for s in stop):
         raise InvalidRequestError(f"stop must be at most {MAX_STOP_STRINGS} strings", param="stop")
-    if r.messages is not None:
-        text = engine.render_chat(r.messages, add_generation_prompt=r.add_generation_prompt)
-    else:
-        assert r.prompt is not None
-        text = r.prompt
-    tokens = engine.tokenize(text)
+    tokens = tokenizer.tokenize(prompt_text(tokenizer, r), add_special=True, parse_special=True)
     if not tokens:
         raise InvalidRequestError("the prompt is empty after tokenization", param="prompt")
-    n_ctx = engine.target.n_ctx
-    if len(tokens) >= n_ctx:
+    if len(tokens) >= limits.n_ctx:
         raise ContextOverflowError(
-            f"the prompt has {len(tokens)} tokens but the context holds {n_ctx}; "
+            f"the prompt has {len(tokens)} tokens but the context holds {limits.n_ctx}; "
             "shorten it or load the model with a larger context (-c/--ctx-size)"
         )
-    return Prepared(
+    return PreparedRequest(
         prompt_tokens=tuple(tokens),
         params=SamplingParams(temperature=temperature, top_k=r.top_k, top_p=top_p),
         seed=r.seed,
         stop=stop,
-        max_tokens=min(r.max_tokens, n_ctx - len(tokens)),
+        max_tokens=min(r.max_tokens, limits.n_ctx - len(tokens)),
         drafter=r.drafter,
         gamma=gamma,
         p_min=p_min,

@@ -134,8 +134,3 @@ def get_backend(name: str | None = None) -> AcceptanceBackend:
     if choice == "auto":
         return _make_auto()
     return _make(choice)
-
-
-def backend_name(backend: AcceptanceBackend) -> str:
-    """What runs: `backend.name` ('reference', 'torch-cpu', 'cuda', 'auto:torch-cpu')."""
-    return backend.name

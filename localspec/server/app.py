@@ -83,7 +83,7 @@ class _Gate:
 def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAPI:
     """The FastAPI app serving `engine` (one generation at a time, the rest queued)."""
     settings = settings or ServerSettings()
-    metrics = ServerMetrics()
+    metrics = ServerMetrics(numerics=engine.info.numerics)
     queue = GenerationQueue(engine, settings.max_queue, settings.retry_after_s)
     serving = Serving(engine, settings, metrics, queue)
     metrics.waiting.set_function(lambda: queue.waiting)
@@ -102,7 +102,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     def card() -> dict[str, Any]:
         info = engine.info
         return R.model_card(serving.model_id, created, target=info.target, draft=info.draft,
-                            n_ctx=info.n_ctx, kernel=info.kernel)
+                            n_ctx=info.n_ctx, kernel=info.kernel, numerics=info.numerics)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:

@@ -12,6 +12,7 @@ format, exactly as vLLM's do (`vllm:spec_decode_num_drafts` -> `..._total`):
     localspec:time_to_first_token_seconds                      histogram (streaming and not)
     localspec:request_queue_time_seconds                       histogram
     localspec:num_requests_running / num_requests_waiting      gauges
+    localspec:numerics_mode{mode}                              info gauge: the target's numerics mode, = 1
     localspec:spec_decode_num_drafts_total
     localspec:spec_decode_num_draft_tokens_total
     localspec:spec_decode_num_accepted_tokens_total
@@ -39,7 +40,7 @@ _TTFT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 
 class ServerMetrics:
     """The counters, gauges and histograms of one app, in their own registry."""
 
-    def __init__(self) -> None:
+    def __init__(self, numerics: str = "exact") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r, p = self.registry, PREFIX
         self.http_requests = Counter(f"{p}http_requests", "HTTP requests by route and status.",
@@ -58,6 +59,9 @@ class ServerMetrics:
                                     buckets=_LATENCY_BUCKETS, registry=r)
         self.running = Gauge(f"{p}num_requests_running", "Generations running (0 or 1).", registry=r)
         self.waiting = Gauge(f"{p}num_requests_waiting", "Requests waiting for the engine.", registry=r)
+        self.numerics = Gauge(f"{p}numerics_mode", "Numerics mode the target runs in (exact or fast).",
+                              ["mode"], registry=r)
+        self.numerics.labels(mode=numerics).set(1.0)
         self.num_drafts = Counter(f"{p}spec_decode_num_drafts", "Speculative steps that drafted tokens.",
                                   registry=r)
         self.num_draft_tokens = Counter(f"{p}spec_decode_num_draft_tokens", "Draft tokens proposed.", registry=r)

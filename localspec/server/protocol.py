@@ -16,12 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from localspec.server.errors import APIError
-from localspec.types import ChatMessage, GenerationRequest
+from localspec.types import MAX_STOP_STRINGS, ChatMessage, GenerationRequest
 
 log = logging.getLogger(__name__)
 
-MAX_STOP_STRINGS = 16
-"""The engine's limit on stop strings (OpenAI allows 4; llama.cpp any number)."""
 MAX_STOP_CHARS = 512
 
 # Accepted and ignored without a warning: they describe the caller or the transport.

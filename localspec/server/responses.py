@@ -57,6 +57,7 @@ def speculative(stats: SpecStats | None) -> dict[str, Any] | None:
         "accepted_per_position": list(stats.accepted_per_position),
         "drafted_per_position": list(stats.drafted_per_position),
         "kernel": stats.kernel,
+        "numerics": stats.numerics,
         "drafter": stats.drafter,
         "drafter_counts": dict(stats.drafter_counts),
         "tokens_per_s": round(stats.tokens_per_s, 3),
@@ -120,7 +121,7 @@ def text_chunk(rid: str, created: int, model: str, text: str, reason: str | None
 
 
 def model_card(model_id: str, created: int, *, target: str, draft: str | None, n_ctx: int,
-               kernel: str) -> dict[str, Any]:
+               kernel: str, numerics: str) -> dict[str, Any]:
     """One entry of `GET /v1/models`."""
     return {"id": model_id, "object": "model", "created": created, "owned_by": "localspec",
-            "target": target, "draft": draft, "n_ctx": n_ctx, "kernel": kernel}
+            "target": target, "draft": draft, "n_ctx": n_ctx, "kernel": kernel, "numerics": numerics}

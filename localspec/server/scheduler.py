@@ -1,14 +1,13 @@
 """One engine, one generation at a time, a bounded queue in front of it.
 
-The engine is synchronous: each admitted generation drains `engine.generate(...)` in its
-own worker thread and hands events to the event loop, so the loop never blocks. Events
-are handed over in batches: the worker wakes the loop once per burst (a speculative step
-emits up to γ+1 tokens at once), and the stream sends one chunk per batch. Requests
-beyond `max_queue` waiting ones are refused at once (`QueueFullError` -> 429 with
-Retry-After). `Generation.cancel()` (client gone) stops the engine at its next
-speculative step (`engine.cancel()`), or after the current event if the
-generation had not reached the engine yet; the worker then closes the iterator, which
-releases the engine, and only then is the next request admitted.
+The engine is synchronous: each admitted `Generation` (the handle `engine.generate(...)`
+returns) is drained by a `Relay` in its own worker thread, which hands the events to the
+event loop, so the loop never blocks. Events are handed over in batches: the worker wakes
+the loop once per burst (a speculative step emits up to γ+1 tokens at once), and the stream
+sends one chunk per batch. Requests beyond `max_queue` waiting ones are refused at once
+(`QueueFullError` -> 429 with Retry-After). `Relay.cancel()` (client gone) cancels that
+generation only; it ends at its next speculative step, the worker closes it, which releases
+the engine, and only then is the next request admitted.
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from localspec.engine import Engine, SpecStats, TokenEvent
+from localspec.engine import Engine, Generation, SpecStats, TokenEvent
 from localspec.server.errors import APIError
 
 log = logging.getLogger(__name__)
@@ -43,17 +42,15 @@ class _Failed:
 
 
 _END = object()
-_MAX_EVENTS_AFTER_CANCEL = 256
-"""A step emits at most γ+1 tokens; past this the iterator is closed instead."""
 
 
-class Generation:
-    """A running generation: iterate `events()` on the event loop; `cancel()` from anywhere."""
+class Relay:
+    """One admitted generation: iterate `events()` / `batches()` on the event loop; `cancel()`
+    from anywhere."""
 
-    def __init__(self, engine: Engine, iterator: Iterator[TokenEvent], loop: asyncio.AbstractEventLoop,
-                 on_done: Callable[[], None], queue_s: float) -> None:
-        self._engine = engine
-        self._iterator = iterator
+    def __init__(self, generation: Generation, loop: asyncio.AbstractEventLoop, on_done: Callable[[], None],
+                 queue_s: float) -> None:
+        self.generation = generation
         self._loop = loop
         self._on_done = on_done
         self._events: asyncio.Queue[list[object]] = asyncio.Queue()
@@ -61,18 +58,11 @@ class Generation:
         """Items put by the worker that the loop has not taken yet (guarded by `_hand_off`)."""
         self._hand_off = threading.Lock()
         self._wake_scheduled = False
-        self._stop = threading.Event()
-        self._guard = threading.Lock()
-        self._finished = False
-        self._started = False
         self.queue_s = queue_s
         """Seconds this request waited for the engine."""
         self.t_start = time.perf_counter()
         self.t_first_token: float | None = None
-        self.stats: SpecStats | None = None
-        """The engine's stats of this generation, set when it ends."""
-        self.finish_reason: str | None = None
-        self.done_callbacks: list[Callable[[Generation], None]] = []
+        self.done_callbacks: list[Callable[[Relay], None]] = []
         """Run on the event loop after the worker has released the engine."""
         self._thread = threading.Thread(target=self._work, name="localspec-generation", daemon=True)
 
@@ -81,18 +71,23 @@ class Generation:
         self._thread.start()
 
     @property
+    def stats(self) -> SpecStats:
+        """This generation's stats (final once its events have ended)."""
+        return self.generation.stats
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The engine's finish reason ('stop', 'length', 'cancelled'); None after a failure."""
+        return self.generation.finish_reason
+
+    @property
     def cancelled(self) -> bool:
         """True once `cancel()` was called."""
-        return self._stop.is_set()
+        return self.generation.cancelled
 
     def cancel(self) -> None:
         """Stop this generation (thread-safe; no effect once it has ended)."""
-        with self._guard:
-            if self._finished or self._stop.is_set():
-                return
-            self._stop.set()
-            # Safe: the next generation cannot start before this one is marked finished.
-            self._engine.cancel()
+        self.generation.cancel()
 
     def _put(self, item: object) -> None:
         """Hand `item` to the loop; wakes it only if no hand-off is already scheduled."""
@@ -104,7 +99,7 @@ class Generation:
         try:
             self._loop.call_soon_threadsafe(self._take)
         except RuntimeError:  # the loop is closed (server shutting down)
-            self._stop.set()
+            self.generation.cancel()
 
     def _take(self) -> None:
         """On the loop: move everything the worker put so far into the events queue."""
@@ -116,37 +111,14 @@ class Generation:
 
     def _work(self) -> None:
         try:
-            after_cancel = 0
-            for event in self._iterator:
-                self._started = True
-                if event.finish_reason is not None:
-                    self.finish_reason = event.finish_reason
-                elif self.t_first_token is None and event.token_id >= 0:
+            for event in self.generation:
+                if self.t_first_token is None and event.token_id >= 0:
                     self.t_first_token = time.perf_counter()
                 self._put(event)
-                if self._stop.is_set():
-                    # The engine has started (an event came), so this cancel cannot be
-                    # lost: it ends the generation at the next step with "cancelled".
-                    if after_cancel == 0:
-                        self._engine.cancel()
-                    after_cancel += 1
-                    if after_cancel > _MAX_EVENTS_AFTER_CANCEL:
-                        break
         except BaseException as exc:  # delivered to the consumer, which maps it
             self._put(_Failed(exc))
         finally:
-            with self._guard:
-                self._finished = True
-            try:
-                close = getattr(self._iterator, "close", None)
-                if close is not None:
-                    close()  # releases the engine's lock if we stopped early
-                if self._started:  # else the engine's stats are still the previous request's
-                    self.stats = self._engine.stats()
-            except BaseException:  # pragma: no cover - engine bug; keep the queue moving
-                log.exception("closing a generation failed")
-            if self.finish_reason is None:
-                self.finish_reason = "cancelled" if self._stop.is_set() else "stop"
+            self.generation.close()  # releases the engine now, whatever happened
             self._put(_END)
             try:
                 self._loop.call_soon_threadsafe(self._done_on_loop)
@@ -204,17 +176,15 @@ class GenerationQueue:
         self.running = 0
         """Generations running now (0 or 1)."""
 
-    async def start(self, iterator: Iterator[TokenEvent],
-                    on_finish: Callable[[Generation], None] | None = None) -> Generation:
-        """Wait for the engine (or raise QueueFullError) and start draining `iterator`;
-        `on_finish(generation)` runs on the loop once the engine is free again."""
+    async def start(self, generation: Generation,
+                    on_finish: Callable[[Relay], None] | None = None) -> Relay:
+        """Wait for the engine (or close `generation` and raise QueueFullError) and start
+        relaying it; `on_finish(relay)` runs on the loop once the engine is free again."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         lock = self._lock
         if lock.locked() and self.waiting >= self.max_queue:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
+            generation.close()
             raise QueueFullError(self.max_queue, self.retry_after_s)
         t0 = time.perf_counter()
         self.waiting += 1
@@ -229,11 +199,11 @@ class GenerationQueue:
             lock.release()
 
         try:
-            gen = Generation(self.engine, iterator, asyncio.get_running_loop(), release, time.perf_counter() - t0)
+            relay = Relay(generation, asyncio.get_running_loop(), release, time.perf_counter() - t0)
             if on_finish is not None:
-                gen.done_callbacks.append(on_finish)
-            gen.start()
+                relay.done_callbacks.append(on_finish)
+            relay.start()
         except BaseException:
             release()
             raise
-        return gen
+        return relay

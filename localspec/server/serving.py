@@ -30,7 +30,7 @@ from localspec.server import responses as R
 from localspec.server.errors import APIError, from_engine_error, from_validation_error
 from localspec.server.metrics import ServerMetrics
 from localspec.server.protocol import ChatCompletionRequest, CompletionRequest
-from localspec.server.scheduler import Generation, GenerationQueue
+from localspec.server.scheduler import GenerationQueue, Relay
 from localspec.server.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class Serving:
         return self.model_id
 
     # -- shared -----------------------------------------------------------------------
-    async def _admit(self, req: ChatCompletionRequest | CompletionRequest) -> tuple[Generation, str, float]:
+    async def _admit(self, req: ChatCompletionRequest | CompletionRequest) -> tuple[Relay, str, float]:
         t0 = time.perf_counter()
         model = self.resolve_model(req.model)
         s = self.settings
@@ -116,18 +116,17 @@ class Serving:
                                          default_temperature=s.default_temperature,
                                          default_drafter=s.default_drafter)
         try:
-            iterator = await run_in_threadpool(self.engine.generate, greq)  # eager validation
+            generation = await run_in_threadpool(self.engine.generate, greq)  # eager validation
         except LocalSpecError as exc:
             raise from_engine_error(exc) from None
 
-        def observe(gen: Generation) -> None:
-            if gen.stats is not None:
-                ttft = gen.t_first_token - t0 if gen.t_first_token is not None else None
-                self.metrics.observe_generation(gen.stats, gen.finish_reason or "stop",
-                                                time.perf_counter() - t0, ttft, gen.queue_s)
+        def observe(relay: Relay) -> None:
+            ttft = relay.t_first_token - t0 if relay.t_first_token is not None else None
+            self.metrics.observe_generation(relay.stats, relay.finish_reason or "stop",
+                                            time.perf_counter() - t0, ttft, relay.queue_s)
 
-        gen = await self.queue.start(iterator, on_finish=observe)
-        return gen, model, t0
+        relay = await self.queue.start(generation, on_finish=observe)
+        return relay, model, t0
 
     @staticmethod
     def _parse(model_cls: type[ChatCompletionRequest] | type[CompletionRequest],
@@ -138,7 +137,7 @@ class Serving:
             raise from_validation_error(exc) from None
 
     @staticmethod
-    async def _watch_disconnect(request: Request, gen: Generation) -> None:
+    async def _watch_disconnect(request: Request, gen: Relay) -> None:
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
@@ -146,7 +145,7 @@ class Serving:
                 gen.cancel()
                 return
 
-    async def _collect(self, request: Request, gen: Generation) -> tuple[str, int]:
+    async def _collect(self, request: Request, gen: Relay) -> tuple[str, int]:
         watcher = asyncio.create_task(self._watch_disconnect(request, gen))
         parts: list[str] = []
         n = 0
@@ -192,7 +191,7 @@ class Serving:
     def _sse(body: AsyncIterator[bytes]) -> EventSourceResponse:
         return EventSourceResponse(body, sep="\n", ping=PING_S)
 
-    async def _guarded(self, gen: Generation, chunks: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async def _guarded(self, gen: Relay, chunks: AsyncIterator[str]) -> AsyncIterator[bytes]:
         """`data: <chunk>` events, then `data: [DONE]`; an engine failure becomes an error
         event. If the client goes away (the body is cancelled or closed), cancel the generation."""
         done = False
@@ -214,7 +213,7 @@ class Serving:
             if not done:
                 gen.cancel()
 
-    def _chat_stream(self, gen: Generation, rid: str, created: int, model: str,
+    def _chat_stream(self, gen: Relay, rid: str, created: int, model: str,
                      include_usage: bool) -> AsyncIterator[bytes]:
         async def chunks() -> AsyncIterator[str]:
             yield _dumps(R.chat_chunk(rid, created, model, {"role": "assistant", "content": ""}))
@@ -231,7 +230,7 @@ class Serving:
 
         return self._guarded(gen, chunks())
 
-    def _text_stream(self, gen: Generation, rid: str, created: int, model: str,
+    def _text_stream(self, gen: Relay, rid: str, created: int, model: str,
                      include_usage: bool) -> AsyncIterator[bytes]:
         async def chunks() -> AsyncIterator[str]:
             n = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on, work
@@ -59,9 +60,12 @@ class LocalSpecApp(App[None]):
         """Current generation settings (the settings dialog replaces them)."""
         self.download_cancels: list[threading.Event] = []
         """Cancel events of running downloads; all set on quit."""
+        self.numerics = settings.numerics
+        """Numerics mode pairs load in (`--numerics`; the settings dialog changes it)."""
         self._owned: set[int] = set()
         self._initial_engine = engine
-        self._target_path: str | None = None
+        self._pair: tuple[ModelSpec, ModelSpec | None] | None = None
+        """The specs of the pair loaded last (reloaded when the numerics mode changes)."""
 
     def on_mount(self) -> None:
         if self._initial_engine is not None:
@@ -71,9 +75,7 @@ class LocalSpecApp(App[None]):
             return
         s = self.settings
         if s.target:
-            target = ModelSpec(s.target, n_gpu_layers=s.n_gpu_layers, n_ctx=s.n_ctx)
-            draft = ModelSpec(s.draft, n_gpu_layers=s.n_gpu_layers_draft, n_ctx=s.n_ctx) if s.draft else None
-            self.load_pair(target, draft)
+            self.load_pair(self.model_spec(s.target), self.model_spec(s.draft, draft=True) if s.draft else None)
             return
         from localspec.store import default_pair_paths
 
@@ -83,24 +85,44 @@ class LocalSpecApp(App[None]):
             self.load_error = f"No default pair installed ({exc}). Choose models here."
             self.switch_mode("models")
             return
-        self.load_pair(
-            ModelSpec(str(t), n_gpu_layers=s.n_gpu_layers, n_ctx=s.n_ctx),
-            ModelSpec(str(d), n_gpu_layers=s.n_gpu_layers_draft, n_ctx=s.n_ctx),
-        )
+        self.load_pair(self.model_spec(str(t)), self.model_spec(str(d), draft=True))
 
     # -- loading --------------------------------------------------------------------
+    def model_spec(self, path: str, *, draft: bool = False) -> ModelSpec:
+        """How to load `path` with this session's flags (-ngl/-ngld, -c, -t, -fa, numerics)."""
+        s = self.settings
+        return ModelSpec(path, n_gpu_layers=s.n_gpu_layers_draft if draft else s.n_gpu_layers, n_ctx=s.n_ctx,
+                         n_threads=s.n_threads, flash_attn=s.flash_attn, numerics=self.numerics)
+
     def current_target_path(self) -> str | None:
         """Path of the loaded target, when the app knows it."""
-        return self._target_path or self.settings.target
+        return self._pair[0].path if self._pair is not None else self.settings.target
 
     def load_pair(self, target: ModelSpec, draft: ModelSpec | None) -> None:
-        """Load a pair in a worker; the current engine stays in use until it succeeds."""
+        """Load a pair in a worker (with this session's threads, flash attention and
+        numerics); the current engine stays in use until it succeeds."""
         if self.loading:
             self.notify("A pair is already loading; wait for it.", severity="warning")
             return
+        s = self.settings
+        target = replace(target, n_threads=s.n_threads, flash_attn=s.flash_attn, numerics=self.numerics)
+        if draft is not None:
+            draft = replace(draft, n_threads=s.n_threads, flash_attn=s.flash_attn, numerics=self.numerics)
         self.loading = describe_pair(target, draft)
         self.load_error = None
         self._load(target, draft)
+
+    def set_numerics(self, numerics: str) -> None:
+        """Use `numerics` from now on; reloads the loaded pair when it runs in another mode."""
+        self.numerics = numerics
+        engine = self.engine
+        if engine is None or engine.info.numerics == numerics:
+            return
+        if self._pair is None:
+            self.notify(f"Numerics {numerics} applies to the next pair you load (F2).")
+            return
+        self.notify(f"Reloading the pair with {numerics} numerics…")
+        self.load_pair(*self._pair)
 
     @work(thread=True, exclusive=True, group="load", exit_on_error=False)
     def _load(self, target: ModelSpec, draft: ModelSpec | None) -> None:
@@ -119,7 +141,7 @@ class LocalSpecApp(App[None]):
         if get_current_worker().is_cancelled:  # the app is quitting
             engine.close()
             return
-        self._target_path = target.path
+        self._pair = (target, draft)
         self.post_message(EngineLoaded(engine, description, owned=True))
 
     @on(EngineLoaded)

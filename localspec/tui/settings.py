@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from localspec.types import DRAFTER_KINDS
+from localspec.types import DRAFTER_KINDS, NUMERICS_MODES
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,12 @@ class TuiSettings:
     """Drafter layers on the GPU (`-ngld`)."""
     n_ctx: int = 4096
     """Context window (`-c`)."""
+    n_threads: int | None = None
+    """CPU threads (`-t`); None = physical cores."""
+    flash_attn: bool | None = None
+    """Flash attention (`-fa`); None = llama.cpp decides."""
+    numerics: str = "exact"
+    """How the models compute (`--numerics`), one of NUMERICS_MODES; the settings dialog changes it."""
     kernel: str | None = None
     """Acceptance backend; None = LOCALSPEC_KERNEL or auto."""
     auto_load: bool = True
@@ -58,7 +64,11 @@ class TuiSettings:
     memory_budget_bytes: int | None = None
     """Memory a model may use when judging what fits (None = measure VRAM/RAM now)."""
     stats_interval_s: float = 0.5
-    """How often the stats panel polls engine.stats() while generating."""
+    """How often the stats panel polls the running generation's stats."""
     snapshot: bool = False
     """Hide volatile numbers (timings, tok/s, memory) so screenshots are deterministic."""
     chat: ChatSettings = field(default_factory=ChatSettings)
+
+    def __post_init__(self) -> None:
+        if self.numerics not in NUMERICS_MODES:
+            raise ValueError(f"numerics must be one of {', '.join(NUMERICS_MODES)}, not {self.numerics!r}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from localspec.bench.report import build_report, markdown_tables, table_rows
 from localspec.bench.runner import BenchConfig, make_arms, planned_units, run_bench
 from localspec.bench.summary import ALL, summarize
-from localspec.engine import Engine, GenerationRequest, TokenEvent
+from localspec.engine import Engine, Generation, GenerationRequest
 from localspec.engine.fake import FakeBackend
 from localspec.prompts import BenchPrompt
 
@@ -35,12 +34,9 @@ class SpyEngine:
         )
         self.requests: list[GenerationRequest] = []
 
-    def generate(self, request: GenerationRequest) -> Iterator[TokenEvent]:
+    def generate(self, request: GenerationRequest) -> Generation:
         self.requests.append(request)
         return self.engine.generate(request)
-
-    def stats(self) -> Any:
-        return self.engine.stats()
 
 
 CONFIG = BenchConfig(gammas=(1, 3), temperatures=(0.0, 0.8), drafters=("model", "ngram"),

@@ -26,7 +26,10 @@ def test_generate_streams_text_and_compares_with_plain(smollm2_path: Path) -> No
     assert re.search(r"\[model\(γ=3\)\] 24 tokens .* AL \d\.\d\d", out)
     assert re.search(r"\[none\] 24 tokens", out)
     m = re.search(r"speculative ([\d.]+) tok/s vs plain ([\d.]+) tok/s: ([\d.]+)x", out)
-    assert m and abs(float(m[1]) / float(m[2]) - float(m[3])) < 0.02
+    assert m
+    spec, plain, ratio = float(m[1]), float(m[2]), float(m[3])
+    # the printed speeds are rounded to 0.01: the ratio agrees with them within that rounding
+    assert abs(spec / plain - ratio) <= 0.005 + ratio * (0.005 / spec + 0.005 / plain)
 
 
 def test_incompatible_pair_is_one_clear_line(smollm2_path: Path, qwen_draft_path: Path) -> None:

@@ -43,7 +43,7 @@ def test_deepseek_near_miss_is_refused(qwen_target_path: Path, deepseek_header_p
 def test_engine_refuses_before_loading_weights(qwen_target_path: Path, smollm2_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     loaded = []
-    monkeypatch.setattr("localspec.engine.loop._load", lambda spec: loaded.append(spec))
+    monkeypatch.setattr("localspec.engine.engine._load", lambda spec: loaded.append(spec))
     with pytest.raises(IncompatibleModelsError):
         Engine(ModelSpec(str(qwen_target_path)), ModelSpec(str(smollm2_path)))
     assert loaded == []

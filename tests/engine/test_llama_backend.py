@@ -92,9 +92,10 @@ def test_real_engine_cancel_then_next_request_is_correct(smol_engine: Engine) ->
                             max_tokens=80, drafter="model", gamma=4)
     expected = "".join(e.text for e in smol_engine.generate(req))
     got = []
-    for ev in smol_engine.generate(req):
-        got.append(ev)
-        if len(got) == 6:
-            smol_engine.cancel()
+    with smol_engine.generate(req) as gen:
+        for ev in gen:
+            got.append(ev)
+            if len(got) == 6:
+                gen.cancel()
     assert got[-1].finish_reason == "cancelled" and len(got) < 20
     assert "".join(e.text for e in smol_engine.generate(req)) == expected

@@ -1,4 +1,5 @@
-"""The speculative loop on fake backends: rollback, cancel, stops, seeds, errors, distribution."""
+"""The speculative loop on fake backends: rollback, cancel, stops, seeds, errors, distribution.
+(The `Generation` handle itself: test_generation.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from scipy import stats
 
 from localspec.engine import Engine, GenerationRequest, TokenSource
 from localspec.engine.cache import CacheInvariantError, check_invariants
-from localspec.engine.drafting import ModelDrafter
 from localspec.engine.fake import FakeBackend
 from localspec.errors import ContextOverflowError, EngineBusyError, InvalidRequestError
 from localspec.kernels.reference import probs_from_logits
@@ -46,8 +46,9 @@ class TestGreedyLossless:
 
     def test_sources_and_counts_add_up(self) -> None:
         engine = make_engine()
-        events = run(engine, drafter="model", gamma=4, max_tokens=100)
-        s = engine.stats()
+        gen = engine.generate(GenerationRequest(prompt="The quick", drafter="model", gamma=4, max_tokens=100))
+        events = list(gen)
+        s = gen.stats
         tokens = [e for e in events if e.token_id >= 0]
         n_acc = sum(e.source is TokenSource.ACCEPTED for e in tokens)
         assert 0 < s.num_accepted_tokens and n_acc <= s.num_accepted_tokens
@@ -77,44 +78,63 @@ class TestRollback:
         engine = make_engine()
         run(engine, drafter="model", gamma=4, max_tokens=10)
         context = list(engine.target.tokens) + [65]
-        check_invariants(engine.target, ModelDrafter(engine.draft), context[:], drafted=False, full=True)
+        check_invariants(engine.target, context[:], [(engine.draft, False)], full=True)
         engine.target.tokens[-1] ^= 1  # the cache now lies about one token
         with pytest.raises(CacheInvariantError):
-            check_invariants(engine.target, ModelDrafter(engine.draft), context, drafted=False, full=True)
+            check_invariants(engine.target, context, [(engine.draft, False)], full=True)
+
+    def test_drafter_cache_is_rolled_back_with_the_target(self) -> None:
+        engine = make_engine(error_rate=0.5)
+        draft = engine.draft
+        assert isinstance(draft, FakeBackend)
+        run(engine, drafter="model", gamma=4, max_tokens=60)
+        # the drafter's rejected drafts were dropped: what it holds is a prefix of the target's context
+        assert draft.tokens == engine.target.tokens[: len(draft.tokens)]
+        assert any(c[0] == "truncate" for c in draft.calls)
 
     def test_prefix_cache_reused_between_requests(self) -> None:
         engine = make_engine()
         run(engine, prompt="The quick brown", drafter="model", max_tokens=5)
-        run(engine, prompt="The quick brown fox", drafter="model", max_tokens=5)
-        assert engine.stats().num_cached_prompt_tokens >= len("The quick brown")
+        gen = engine.generate(GenerationRequest(prompt="The quick brown fox", drafter="model", max_tokens=5))
+        list(gen)
+        assert gen.stats.num_cached_prompt_tokens >= len("The quick brown")
 
 
 class TestCancelAndErrors:
     def test_cancel_mid_stream_then_new_request_is_correct(self) -> None:
         engine = make_engine(decode_delay_s=0.002)
         expected = text_of(run(engine, drafter="model", max_tokens=60))
-        it = engine.generate(GenerationRequest(prompt="The quick", drafter="model", max_tokens=60))
+        gen = engine.generate(GenerationRequest(prompt="The quick", drafter="model", max_tokens=60))
         got = []
-        for ev in it:
+        for ev in gen:
             got.append(ev)
             if len(got) == 5:
-                engine.cancel()
+                gen.cancel()
         assert got[-1].finish_reason == "cancelled" and len(got) < 20
-        assert engine.stats().finish_reason == "cancelled"
+        assert gen.stats.finish_reason == "cancelled"
         assert text_of(run(engine, drafter="model", max_tokens=60)) == expected
 
     def test_cancel_from_another_thread(self) -> None:
         engine = make_engine(decode_delay_s=0.01)
+        gen = engine.generate(GenerationRequest(prompt="The quick", drafter="model", max_tokens=500))
+        threading.Timer(0.1, gen.cancel).start()
+        events = list(gen)
+        assert events[-1].finish_reason == "cancelled"
+
+    def test_engine_cancel_forwards_to_the_running_generation(self) -> None:
+        engine = make_engine(decode_delay_s=0.01)
         threading.Timer(0.1, engine.cancel).start()
         events = run(engine, drafter="model", max_tokens=500)
         assert events[-1].finish_reason == "cancelled"
+        engine.cancel()  # nothing runs: no effect on the next generation
+        assert run(engine, drafter="model", max_tokens=5)[-1].finish_reason == "length"
 
-    def test_closing_the_iterator_releases_the_engine(self) -> None:
+    def test_closing_the_generation_releases_the_engine(self) -> None:
         engine = make_engine()
-        it = engine.generate(GenerationRequest(prompt="The quick", drafter="model", max_tokens=50))
-        next(it), next(it)
+        gen = engine.generate(GenerationRequest(prompt="The quick", drafter="model", max_tokens=50))
+        next(gen), next(gen)
         assert engine.busy
-        it.close()
+        gen.close()
         assert not engine.busy
         assert text_of(run(engine, drafter="none", max_tokens=8)) == " brown f"
 
@@ -197,7 +217,7 @@ class TestStopsAndBudget:
         events = run(engine, drafter="model", gamma=8, max_tokens=7)
         assert len([e for e in events if e.token_id >= 0]) == 7
         assert events[-1].finish_reason == "length"
-        assert engine.stats().num_generated_tokens == 7
+        assert engine.stats().num_generated_tokens == 7  # the engine-wide convenience: the last generation
 
     def test_chat_messages_use_the_template(self) -> None:
         engine = make_engine()

@@ -1,5 +1,7 @@
 """A small Hugging Face Hub on 127.0.0.1 (threaded, port 0) for the real huggingface_hub
-client. Endpoints and headers follow TESTING.md."""
+client: the endpoints it calls (`/api/models/{repo}[/revision/{rev}]`,
+`/api/models/{repo}/tree/{rev}[/{path}]`, `/{repo}/resolve/{rev}/{file}`) with the headers it
+reads (X-Repo-Commit, ETag, Content-Length, Accept-Ranges and Content-Range for resumes)."""
 
 from __future__ import annotations
 

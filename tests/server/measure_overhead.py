@@ -16,7 +16,7 @@ Texts: with a fixed policy (`--drafter none`, or `model` with `--gamma`) both pa
 computation and give the same text. The default `adaptive` policy picks draft lengths from
 measured timings, so the two paths may verify different batch shapes; llama.cpp's batched and
 one-token logits differ in the last bits, so a long greedy reply may then part at a near-tie
-(docs: ENVIRONMENT.md; tests/engine/test_lossless.py checks every such part is a near-tie).
+(the top-2 logits within 1e-3; tests/engine/test_lossless.py checks every such part is a near-tie).
 """
 
 from __future__ import annotations
@@ -102,12 +102,13 @@ def direct(engine: object, prompt: str, tokens: int) -> tuple[float, float, floa
     t0 = time.perf_counter()
     first = last = 0.0
     n, parts = 0, []
-    for ev in engine.generate(req):  # type: ignore[attr-defined]
-        parts.append(ev.text)
-        if ev.token_id >= 0:
-            n += 1
-            last = time.perf_counter() - t0
-            first = first or last
+    with engine.generate(req) as generation:  # type: ignore[attr-defined]
+        for ev in generation:
+            parts.append(ev.text)
+            if ev.token_id >= 0:
+                n += 1
+                last = time.perf_counter() - t0
+                first = first or last
     return time.perf_counter() - t0, first, last, n, "".join(parts)
 
 

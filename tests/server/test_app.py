@@ -20,6 +20,7 @@ def speculative_ok(spec: dict) -> None:
     for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "mean_acceptance_length",
                 "acceptance_rate", "kernel", "drafter", "tokens_per_s"):
         assert key in spec, key
+    assert spec["numerics"] == "exact"  # the fake target computes every row the same way
     assert spec["num_accepted_tokens"] <= spec["num_draft_tokens"]
     assert spec["mean_acceptance_length"] >= 1.0
 
@@ -136,6 +137,7 @@ class TestEndpoints:
         raw = httpx.get(fake_server.base + "/models").json()
         Model.model_validate(raw["data"][0])
         assert raw["data"][0]["draft"] == "fake-draft"
+        assert raw["data"][0]["numerics"] == "exact"
         assert client.models.retrieve("fake-target").id == "fake-target"
         with pytest.raises(openai.NotFoundError):
             client.models.retrieve("other")
@@ -157,6 +159,8 @@ class TestEndpoints:
                      "localspec:e2e_request_latency_seconds_bucket", "localspec:num_requests_waiting",
                      'localspec:http_requests_total{endpoint="/v1/chat/completions",status="200"}'):
             assert name in text, name
+        assert _value(text, 'localspec:numerics_mode{mode="exact"}') == 1.0
+        assert 'mode="fast"' not in text
         assert _value(text, "localspec:generation_tokens_total") >= _value(before, "localspec:generation_tokens_total") + 24
         assert _value(text, "localspec:spec_decode_num_drafts_total") > _value(before, "localspec:spec_decode_num_drafts_total")
 

@@ -38,11 +38,13 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def test_serve_flags_reach_engine_and_settings(captured: dict[str, Any]) -> None:
     rc = main(["serve", "-m", "t.gguf", "-md", "d.gguf", "-ngl", "99", "-ngld", "7", "-c", "1024", "-t", "2",
                "--spec-draft-n-max", "6", "--kernel", "reference", "--alias", "coder", "--port", "9001",
-               "--api-key", "k", "--max-queue", "3", "--temp", "0", "-n", "64", "--strict-model"])
+               "--api-key", "k", "--max-queue", "3", "--temp", "0", "-n", "64", "--strict-model",
+               "--numerics", "fast", "-fa"])
     assert rc == 0
     t, d = captured["target"], captured["draft"]
-    assert (t.path, t.n_gpu_layers, t.n_ctx, t.n_threads) == ("t.gguf", 99, 1024, 2)
-    assert (d.path, d.n_gpu_layers) == ("d.gguf", 7)
+    assert (t.path, t.n_gpu_layers, t.n_ctx, t.n_threads, t.flash_attn, t.numerics) == (
+        "t.gguf", 99, 1024, 2, True, "fast")
+    assert (d.path, d.n_gpu_layers, d.n_threads, d.numerics) == ("d.gguf", 7, 2, "fast")
     assert captured["gamma"] == 6 and captured["kernel"] == "reference"
     assert (captured["host"], captured["port"]) == ("127.0.0.1", 9001)
     s = captured["app"].state.settings
@@ -62,4 +64,16 @@ def test_serve_default_pair_when_no_model(captured: dict[str, Any], monkeypatch:
 
 def test_serve_draft_without_target_is_usage_error(captured: dict[str, Any]) -> None:
     assert main(["serve", "-md", "d.gguf"]) != 0
+    assert "target" not in captured
+
+
+def test_serve_default_target_without_drafter(captured: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(localspec.store, "default_pair_paths", lambda: (Path("/m/t.gguf"), Path("/m/d.gguf")))
+    assert main(["serve", "-md", "none"]) == 0
+    assert captured["target"].path == "/m/t.gguf" and captured["draft"] is None
+    assert captured["target"].numerics == "exact"  # the default
+
+
+def test_serve_unknown_numerics_is_usage_error(captured: dict[str, Any]) -> None:
+    assert main(["serve", "-m", "t.gguf", "--numerics", "turbo"]) == 2
     assert "target" not in captured

@@ -4,6 +4,7 @@ disconnects (streamed or not), on slowed-down fake engines."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -139,21 +140,25 @@ class TestGenerationQueue:
         assert queue.running == 0 and not engine.busy
 
     async def test_tokens_emitted_together_arrive_as_one_batch(self) -> None:
+        from localspec.engine import Generation
         from localspec.types import TokenEvent, TokenSource
 
         burst_done, go = threading.Event(), threading.Event()
 
-        def steps():  # two speculative steps: 3 tokens, then 2 tokens and the end
+        def steps(stats, cancel):  # type: ignore[no-untyped-def]  # two steps: 3 tokens, then 2 and the end
             for i in range(3):
                 yield TokenEvent(i, f"t{i} ", TokenSource.ACCEPTED, 0)
             burst_done.set()
             go.wait(5)
             for i in range(3, 5):
                 yield TokenEvent(i, f"t{i} ", TokenSource.ACCEPTED, 1)
+            stats.finish_reason = "length"
             yield TokenEvent(-1, "", TokenSource.BONUS, 1, finish_reason="length")
 
-        queue = GenerationQueue(slow_engine(), max_queue=1)
-        gen = await queue.start(steps())
+        engine = slow_engine()
+        scripted = Generation(engine.generate(GenerationRequest(prompt="0")).request, threading.Lock(), steps)
+        queue = GenerationQueue(engine, max_queue=1)
+        gen = await queue.start(scripted)
         assert burst_done.wait(5)  # blocks the loop: the whole first step is put before it runs
         batches = gen.batches()
         first = await anext(batches)
@@ -169,28 +174,25 @@ class TestGenerationQueue:
 def test_engine_failure_mid_stream_is_an_error_event(make_server, monkeypatch: pytest.MonkeyPatch) -> None:
     srv = make_server()
     engine = srv.engine
-    real = engine.generate
+    real = engine.target.decode
+    calls = {"n": 0}
 
-    def broken(request: GenerationRequest, **kw: object):
-        it = real(request, **kw)
+    def flaky(tokens, all_logits=False):  # type: ignore[no-untyped-def]  # every 3rd target forward fails
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            raise RuntimeError("boom")
+        return real(tokens, all_logits)
 
-        def gen():
-            try:
-                for i, ev in enumerate(it):
-                    if i == 3:
-                        raise RuntimeError("boom")
-                    yield ev
-            finally:
-                it.close()  # as the engine's own generator releases its lock on failure
-        return gen()
-
-    monkeypatch.setattr(engine, "generate", broken)
-    r = post_json(srv.base + "/chat/completions", {"messages": MSGS, "max_tokens": 20, "stream": True})
+    monkeypatch.setattr(engine.target, "decode", flaky)
+    r = post_json(srv.base + "/chat/completions", {"messages": MSGS, "max_tokens": 20, "stream": True,
+                                                   "temperature": 0})
     lines = [ln for ln in r.text.split("\n") if ln.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(ln[6:]) for ln in lines[:-2]]
+    assert any(c["choices"][0]["delta"].get("content") for c in chunks)  # text came before the failure
     assert '"internal_server_error"' in lines[-2]
     r = post_json(srv.base + "/chat/completions", {"messages": MSGS, "max_tokens": 20})
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal_server_error"
-    monkeypatch.setattr(engine, "generate", real)
+    monkeypatch.setattr(engine.target, "decode", real)
     assert post_json(srv.base + "/chat/completions", {"messages": MSGS, "max_tokens": 3}).status_code == 200
     assert threading.active_count() < 50

@@ -1,5 +1,7 @@
-"""A tiny Hugging Face Hub on loopback (the endpoints TESTING.md lists) for download tests:
-one model repo, files served in small throttled chunks so a progress bar visibly moves."""
+"""A tiny Hugging Face Hub on loopback for download tests: the endpoints huggingface_hub
+calls (`/api/models/{repo}[/revision/{rev}]`, `/api/models/{repo}/tree/...`,
+`/{repo}/resolve/{rev}/{file}` with X-Repo-Commit and ETag headers) for one model repo, files
+served in small throttled chunks so a progress bar visibly moves."""
 
 from __future__ import annotations
 

@@ -31,6 +31,13 @@ def test_format_stats_shows_al_acceptance_positions_and_speedup() -> None:
     assert "draft 20% verify 40%" in text
 
 
+def test_format_stats_shows_the_numerics_mode_that_ran() -> None:
+    assert "numerics fast" in format_stats(None, kernel="reference", numerics="fast").plain  # the engine's
+    s = _stats()
+    s.numerics = "exact"
+    assert "numerics exact" in format_stats(s, kernel="reference", numerics="fast").plain  # the reply's own
+
+
 def test_format_stats_before_measuring_shows_dashes() -> None:
     text = format_stats(None, kernel="reference").plain
     assert "AL       —" in text

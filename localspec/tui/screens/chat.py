@@ -14,7 +14,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
-from textual.worker import get_current_worker
 
 from localspec.errors import LocalSpecError
 from localspec.tui.messages import GenerationFailed, GenerationFinished, TokensStreamed
@@ -23,9 +22,8 @@ from localspec.tui.widgets.transcript import ReplyBox, Transcript
 from localspec.types import ChatMessage, GenerationRequest, TokenSource
 
 if TYPE_CHECKING:
-    from localspec.engine import Engine
+    from localspec.engine import Engine, Generation
     from localspec.tui.app import LocalSpecApp
-    from localspec.tui.settings import ChatSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +51,8 @@ class ChatScreen(Screen[None]):
         """Finished user/assistant turns (the system prompt is added per request)."""
         self.generating: str | None = None
         """"chat" or "plain" while a generation runs."""
+        self.generation: Generation | None = None
+        """The running generation (Esc cancels it; the stats panel polls it)."""
         self.reply: ReplyBox | None = None
         self._pending_prompt = ""
         self._step_tokens: dict[int, int] = {}
@@ -133,34 +133,30 @@ class ChatScreen(Screen[None]):
 
     def _start(self, engine: Engine, request: GenerationRequest, purpose: str) -> None:
         self.generating = purpose
-        self._step_tokens.clear()
-        self._last_step = -1
-        self.query_one(StatsPanel).track(engine)
-        self.generate(engine, request, purpose)
-
-    @work(thread=True, exclusive=True, group="generation", exit_on_error=False)
-    def generate(self, engine: Engine, request: GenerationRequest, purpose: str) -> None:
-        """Run one generation off the UI thread, posting text in small batches."""
-        worker = get_current_worker()
         try:
-            events = engine.generate(request)
+            generation = engine.generate(request)  # validates and tokenizes now; runs in the worker
         except LocalSpecError as exc:
             self.post_message(GenerationFailed(purpose, str(exc)))
             return
-        finish = "cancelled"
+        self.generation = generation
+        self._step_tokens.clear()
+        self._last_step = -1
+        self.query_one(StatsPanel).track(generation)
+        self.generate(generation, purpose)
+
+    @work(thread=True, exclusive=True, group="generation", exit_on_error=False)
+    def generate(self, generation: Generation, purpose: str) -> None:
+        """Run one generation off the UI thread, posting text in small batches."""
         batch: list[tuple[str, TokenSource, int]] = []
         last_post = time.monotonic()
         try:
-            for ev in events:
-                if worker.is_cancelled:
-                    engine.cancel()
-                if purpose == "chat" and (ev.text or ev.token_id >= 0):
-                    batch.append((ev.text, ev.source, ev.step if ev.token_id >= 0 else -1))
-                if ev.finish_reason is not None:
-                    finish = ev.finish_reason
-                if batch and time.monotonic() - last_post >= STREAM_BATCH_S:
-                    self.post_message(TokensStreamed(batch))
-                    batch, last_post = [], time.monotonic()
+            with generation:  # leaving it, however, gives the engine back
+                for ev in generation:
+                    if purpose == "chat" and (ev.text or ev.token_id >= 0):
+                        batch.append((ev.text, ev.source, ev.step if ev.token_id >= 0 else -1))
+                    if batch and time.monotonic() - last_post >= STREAM_BATCH_S:
+                        self.post_message(TokensStreamed(batch))
+                        batch, last_post = [], time.monotonic()
         except LocalSpecError as exc:
             self.post_message(GenerationFailed(purpose, str(exc)))
             return
@@ -168,13 +164,9 @@ class ChatScreen(Screen[None]):
             log.exception("generation failed")
             self.post_message(GenerationFailed(purpose, f"{type(exc).__name__}: {exc}"))
             return
-        finally:
-            close = getattr(events, "close", None)  # a generator: closing it frees the engine lock now
-            if close is not None:
-                close()
         if batch:
             self.post_message(TokensStreamed(batch))
-        self.post_message(GenerationFinished(purpose, finish, engine.stats()))
+        self.post_message(GenerationFinished(purpose, generation.finish_reason or "cancelled", generation.stats))
 
     @on(TokensStreamed)
     def show_tokens(self, message: TokensStreamed) -> None:
@@ -196,6 +188,7 @@ class ChatScreen(Screen[None]):
     def finish_generation(self, message: GenerationFinished) -> None:
         """Close the reply (or record the plain measurement) and show the final stats."""
         self.generating = None
+        self.generation = None
         panel = self.query_one(StatsPanel)
         if message.purpose == "plain":
             panel.untrack(None)
@@ -218,6 +211,7 @@ class ChatScreen(Screen[None]):
     def restore_prompt_on_failure(self, message: GenerationFailed) -> None:
         """Show the error, drop the failed turn and give the prompt back."""
         self.generating = None
+        self.generation = None
         self.query_one(StatsPanel).untrack(None)
         self.notify(message.error, title="Generation failed", severity="error", timeout=10)
         if message.purpose != "chat":
@@ -234,13 +228,9 @@ class ChatScreen(Screen[None]):
 
     # -- actions --------------------------------------------------------------------
     def action_stop(self) -> None:
-        """Stop the running generation (engine.cancel() + worker cancel)."""
-        if not self.generating:
-            return
-        engine = self.lsapp.engine
-        if engine is not None:
-            engine.cancel()
-        self.workers.cancel_group(self, "generation")
+        """Stop the running generation at its next step (its reply is kept, marked stopped)."""
+        if self.generation is not None:
+            self.generation.cancel()
 
     async def action_new_chat(self) -> None:
         """Forget the conversation (stops a running reply first; its late messages find no
@@ -282,16 +272,19 @@ class ChatScreen(Screen[None]):
 
     def action_settings(self) -> None:
         """Open the generation settings dialog."""
-        from localspec.tui.screens.settings import SettingsScreen
+        from localspec.tui.screens.settings import SettingsChange, SettingsScreen
 
-        def apply(settings: ChatSettings | None) -> None:
-            if settings is not None:
-                self.lsapp.chat_settings = settings
-                self.query_one(Transcript).set_show_accepted(settings.show_accepted)
+        def apply(change: SettingsChange | None) -> None:
+            if change is not None:
+                self.lsapp.chat_settings = change.chat
+                self.query_one(Transcript).set_show_accepted(change.chat.show_accepted)
                 self._update_title()
+                self.lsapp.set_numerics(change.numerics)
 
-        kernel = self.lsapp.engine.info.kernel if self.lsapp.engine is not None else "—"
-        self.app.push_screen(SettingsScreen(self.lsapp.chat_settings, kernel), apply)
+        engine = self.lsapp.engine
+        kernel = engine.info.kernel if engine is not None else "—"
+        numerics = engine.info.numerics if engine is not None else self.lsapp.numerics
+        self.app.push_screen(SettingsScreen(self.lsapp.chat_settings, kernel, numerics), apply)
 
 
 def _short(name: str) -> str:

@@ -1,6 +1,8 @@
-"""The generation settings dialog: system prompt, sampling, drafting; shows the kernel."""
+"""The settings dialog: system prompt, sampling, drafting, numerics; shows the kernel."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from textual import on
 from textual.app import ComposeResult
@@ -10,7 +12,16 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from localspec.tui.settings import ChatSettings
-from localspec.types import DRAFTER_KINDS
+from localspec.types import DRAFTER_KINDS, NUMERICS_MODES
+
+
+@dataclass(frozen=True)
+class SettingsChange:
+    """What the dialog returns on Save."""
+
+    chat: ChatSettings
+    numerics: str
+    """One of NUMERICS_MODES (a load setting: another mode reloads the pair)."""
 
 
 def parse_settings(values: dict[str, str], drafter: str, show_accepted: bool) -> ChatSettings:
@@ -40,17 +51,18 @@ def parse_settings(values: dict[str, str], drafter: str, show_accepted: bool) ->
     )
 
 
-class SettingsScreen(ModalScreen[ChatSettings | None]):
-    """Edit ChatSettings; Save returns them, Esc returns None."""
+class SettingsScreen(ModalScreen[SettingsChange | None]):
+    """Edit ChatSettings and the numerics mode; Save returns them, Esc returns None."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save")]
 
     FIELDS = ("system prompt", "temperature", "top-p", "seed", "γ", "max tokens")
 
-    def __init__(self, settings: ChatSettings, kernel: str) -> None:
+    def __init__(self, settings: ChatSettings, kernel: str, numerics: str = "exact") -> None:
         super().__init__()
         self.settings = settings
         self.kernel = kernel
+        self.numerics = numerics
 
     def _value(self, name: str) -> str:
         s = self.settings
@@ -70,6 +82,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Label("drafter")
                 yield Select([(k, k) for k in DRAFTER_KINDS], value=self.settings.drafter,
                              allow_blank=False, id="setting-drafter", compact=True)
+                yield Label("numerics")
+                yield Select([(m, m) for m in NUMERICS_MODES], value=self.numerics,
+                             allow_blank=False, id="setting-numerics", compact=True)
                 yield Label("backend")
                 yield Static(f"{self.kernel} (acceptance kernel)", id="setting-kernel")
             yield Checkbox("mark accepted draft tokens", self.settings.show_accepted, id="setting-marks",
@@ -92,7 +107,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             error.update(str(exc))
             error.add_class("-error")
             return
-        self.dismiss(settings)
+        self.dismiss(SettingsChange(settings, str(self.query_one("#setting-numerics", Select).value)))
 
     @on(Button.Pressed, "#settings-cancel")
     def action_cancel(self) -> None:

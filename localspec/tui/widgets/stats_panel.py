@@ -1,7 +1,7 @@
-"""The live stats panel: polls `engine.stats()` every ~0.5 s while a reply streams and
-formats it (AL, acceptance, per-position bars, tok/s, speedup vs plain, time split,
-backend, memory). The engine computes the rates; this module only formats them, except
-"tok/s now", which is the change in the engine's counters between two polls."""
+"""The live stats panel: polls the running generation's `stats` every ~0.5 s while a reply
+streams and formats it (AL, acceptance, per-position bars, tok/s, speedup vs plain, time
+split, backend, numerics, memory). The engine computes the rates; this module only formats
+them, except "tok/s now", which is the change in the generation's counters between two polls."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from textual.timer import Timer
 from textual.widgets import Label, Sparkline, Static
 
 if TYPE_CHECKING:
-    from localspec.engine import Engine, SpecStats
+    from localspec.engine import Engine, Generation, SpecStats
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ def format_stats(
     stats: SpecStats | None,
     *,
     kernel: str,
+    numerics: str = NOT_MEASURED,
     now_tok_s: float | None = None,
     plain_tok_s: float | None = None,
     hide_volatile: bool = False,
@@ -56,6 +57,7 @@ def format_stats(
 
     drafter = stats.drafter if stats is not None and stats.drafter else "—"
     row("backend", kernel)
+    row("numerics", stats.numerics if stats is not None and stats.numerics else numerics)
     row("drafter", drafter)
     if stats is None or stats.num_steps == 0:
         row("AL", NOT_MEASURED)
@@ -118,11 +120,13 @@ class StatsPanel(Vertical):
         """Snapshot mode: show no timings, rates or memory."""
         self.kernel = "—"
         """Acceptance backend of the engine (engine.info.kernel)."""
+        self.numerics = NOT_MEASURED
+        """Numerics mode of the engine's target (engine.info.numerics)."""
         self.plain_tok_s: float | None = None
         """Plain-decoding tok/s measured on this machine for this engine (None = not yet)."""
         self.stats: SpecStats | None = None
         self.now_tok_s: float | None = None
-        self._engine: Engine | None = None
+        self._generation: Generation | None = None
         self._timer: Timer | None = None
         self._last: tuple[float, int] | None = None
         self._tps: list[float] = []
@@ -143,10 +147,9 @@ class StatsPanel(Vertical):
         self.render_stats()
 
     # -- driving ------------------------------------------------------------------
-    def track(self, engine: Engine) -> None:
-        """Start polling `engine` (a reply started)."""
-        self._engine = engine
-        self.kernel = engine.info.kernel
+    def track(self, generation: Generation) -> None:
+        """Start polling `generation` (a reply started)."""
+        self._generation = generation
         self._last = None
         self._tps.clear()
         self._al.clear()
@@ -160,16 +163,17 @@ class StatsPanel(Vertical):
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
-        self._engine = None
+        self._generation = None
         if final is not None:
             self.stats = final
+            self.kernel = final.kernel or self.kernel
         self.render_stats()
 
     def poll(self) -> None:
         """Read a stats snapshot and repaint (called by the interval timer)."""
-        if self._engine is None:
+        if self._generation is None:
             return
-        stats = self._engine.stats()
+        stats = self._generation.stats
         now = time.monotonic()
         if self._last is not None and stats.t_generate_s > 0:
             t0, n0 = self._last
@@ -188,6 +192,7 @@ class StatsPanel(Vertical):
     def set_engine(self, engine: Engine | None) -> None:
         """A new engine: forget the last stats and the plain measurement."""
         self.kernel = engine.info.kernel if engine is not None else "—"
+        self.numerics = engine.info.numerics if engine is not None else NOT_MEASURED
         self.plain_tok_s = None
         self.stats = None
         self.reset_series()
@@ -209,7 +214,7 @@ class StatsPanel(Vertical):
         if not self.is_mounted:
             return
         self.query_one("#stats-text", Static).update(
-            format_stats(self.stats, kernel=self.kernel, now_tok_s=self.now_tok_s,
+            format_stats(self.stats, kernel=self.kernel, numerics=self.numerics, now_tok_s=self.now_tok_s,
                          plain_tok_s=self.plain_tok_s, hide_volatile=self.hide_volatile)
         )
         self.query_one("#stats-tps", Sparkline).data = list(self._tps)

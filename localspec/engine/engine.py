@@ -1,0 +1,181 @@
+"""`Engine`: a target, an optional drafter model and what they share; the one API every front
+end uses.
+
+    engine = Engine(ModelSpec(target_path), ModelSpec(draft_path))
+    with engine.generate(GenerationRequest(prompt="def fib(n):", max_tokens=64)) as gen:
+        for event in gen:
+            print(event.text, end="")
+    gen.stats  # SpecStats of this generation
+
+`generate` validates and tokenizes at once, then returns a `Generation` handle; its
+iteration runs the step loop (loop.py). One generation runs at a time: the llama contexts
+are not reentrant, so a lock serializes them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+
+from localspec.engine.acceptance import Acceptor
+from localspec.engine.adaptive import AdaptivePolicy, PolicyState
+from localspec.engine.backend import ModelBackend
+from localspec.engine.drafting import ModelDrafter, NoDrafter
+from localspec.engine.generation import Generation
+from localspec.engine.loop import StepLoop
+from localspec.engine.metrics import SpecStats
+from localspec.engine.ngram import PromptLookupDrafter
+from localspec.engine.policy import DraftPolicy, FixedPolicy
+from localspec.engine.request import Limits, PreparedRequest, chat_text, prepare
+from localspec.errors import EngineBusyError, InvalidRequestError
+from localspec.kernels import get_backend
+from localspec.types import DEFAULT_GAMMA, ChatMessage, GenerationRequest, ModelSpec, TokenEvent
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine runs, for display."""
+
+    target: str
+    draft: str | None
+    n_ctx: int
+    n_vocab: int
+    kernel: str
+    default_gamma: int
+    numerics: str = "exact"
+    """The numerics mode the target runs in (types.NUMERICS_MODES)."""
+
+
+def _load(spec: ModelSpec) -> ModelBackend:
+    from localspec.engine.llama_backend import LlamaCppBackend
+
+    return LlamaCppBackend(spec)
+
+
+class Engine:
+    """A target model, an optional drafter model, and the speculative loop over them."""
+
+    def __init__(
+        self,
+        target: ModelSpec | ModelBackend,
+        draft: ModelSpec | ModelBackend | None = None,
+        *,
+        kernel: str | None = None,
+        gamma: int = DEFAULT_GAMMA,
+        check_invariants: bool = False,
+    ) -> None:
+        if isinstance(target, ModelSpec) and isinstance(draft, ModelSpec):
+            from localspec.compat import check_files
+
+            check_files(target.path, draft.path)  # before any weights load
+        self.target: ModelBackend = _load(target) if isinstance(target, ModelSpec) else target
+        try:
+            self.draft: ModelBackend | None = _load(draft) if isinstance(draft, ModelSpec) else draft
+        except BaseException:
+            self.target.close()
+            raise
+        n_vocab = self.target.n_vocab if self.draft is None else min(self.target.n_vocab, self.draft.n_vocab)
+        self._acceptor = Acceptor(get_backend(kernel), n_vocab)
+        self._model_drafter = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
+        self._ngram = PromptLookupDrafter()
+        self.default_gamma = gamma
+        self.check_invariants = check_invariants or bool(os.environ.get("LOCALSPEC_CHECK_INVARIANTS"))
+        self._lock = threading.Lock()
+        self._last_stats = SpecStats(kernel=self._acceptor.name)
+        """Live stats of the running (or last) generation, for `stats()`."""
+        self._running_cancel: threading.Event | None = None
+        self._totals = SpecStats(kernel=self._acceptor.name)
+        self._policy_states: dict[bool, PolicyState] = {}
+        """Adaptive policy memory (costs, acceptance) per sampling mode (greedy or not)."""
+
+    # -- public API -----------------------------------------------------------------
+    @property
+    def info(self) -> EngineInfo:
+        """Model names, context, vocabulary, kernel and numerics."""
+        return EngineInfo(
+            target=self.target.name,
+            draft=self.draft.name if self.draft is not None else None,
+            n_ctx=self.target.n_ctx,
+            n_vocab=self._acceptor.n_vocab,
+            kernel=self._acceptor.name,
+            default_gamma=self.default_gamma,
+            numerics=self.target.numerics,
+        )
+
+    @property
+    def limits(self) -> Limits:
+        """What requests are checked against (context, default γ, whether a drafter model exists)."""
+        return Limits(n_ctx=self.target.n_ctx, default_gamma=self.default_gamma,
+                      has_draft_model=self.draft is not None)
+
+    def render_chat(self, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True) -> str:
+        """The target's chat template applied to `messages`."""
+        return chat_text(self.target, messages, add_generation_prompt)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text` under the target's tokenizer (special tokens parsed)."""
+        return self.target.tokenize(text, add_special=True, parse_special=True)
+
+    def generate(self, request: GenerationRequest, *, wait: bool = True) -> Generation:
+        """Validate `request` now (raising InvalidRequestError / ContextOverflowError) and
+        return its `Generation`, which runs while it is iterated. With `wait=False` a busy
+        engine raises EngineBusyError instead of waiting."""
+        prepared = prepare(request, self.target, self.limits)
+        if not wait and self._lock.locked():
+            raise EngineBusyError("the engine is generating for another request")
+        return Generation(prepared, self._lock, partial(self._run, prepared), wait=wait, kernel=self._acceptor.name)
+
+    def cancel(self) -> None:
+        """Cancel the running generation, if any (a convenience for code that does not hold
+        its `Generation`, which has its own `cancel()`)."""
+        cancel = self._running_cancel
+        if cancel is not None:
+            cancel.set()
+
+    def stats(self) -> SpecStats:
+        """A snapshot of the running (or last) generation's stats; `Generation.stats` is the
+        same for one generation."""
+        return self._last_stats.snapshot()
+
+    def total_stats(self) -> SpecStats:
+        """A snapshot of the running totals over every generation that ran."""
+        return self._totals.snapshot()
+
+    @property
+    def busy(self) -> bool:
+        """True while a generation runs."""
+        return self._lock.locked()
+
+    def close(self) -> None:
+        """Free both models (waits for a running generation to end)."""
+        with self._lock:
+            self.target.close()
+            if self.draft is not None:
+                self.draft.close()
+
+    # -- one generation (with the lock held) ----------------------------------------
+    def _run(self, request: PreparedRequest, stats: SpecStats, cancel: threading.Event) -> Iterator[TokenEvent]:
+        self._last_stats, self._running_cancel = stats, cancel
+        try:
+            loop = StepLoop(self.target, self._acceptor, self._policy(request), request, stats, cancel,
+                            draft_model=self.draft, check_invariants=self.check_invariants)
+            yield from loop.run()
+        finally:
+            self._running_cancel = None
+            self._totals.merge(stats)
+
+    def _policy(self, request: PreparedRequest) -> DraftPolicy:
+        kind, gamma = request.drafter, request.gamma
+        if kind == "adaptive":
+            state = self._policy_states.setdefault(request.params.greedy, PolicyState())
+            return AdaptivePolicy(self._model_drafter, self._ngram, gamma, request.params, state)
+        if kind == "model":
+            if self._model_drafter is None:
+                raise InvalidRequestError("drafter 'model' needs a draft model (-md)", param="drafter")
+            return FixedPolicy(self._model_drafter, gamma)
+        if kind == "ngram":
+            return FixedPolicy(self._ngram, gamma)
+        return FixedPolicy(NoDrafter(), 0)
