@@ -15,7 +15,8 @@ from localspec.catalog import BLOCK_KINDS, Catalog, CatalogFile, CatalogModel, D
 from localspec.recommend.fit import Budget, Placement, place
 from localspec.recommend.priors import AlphaPrior, Calibration, kind_alpha, pair_alpha
 from localspec.recommend.speed import Q8_BYTES_PER_PARAM, BatchCost, head_draft_time, verify_cost
-from localspec.theory import MAX_GAMMA, best_gamma, expected_tokens_per_step, linear_batch_cost, speedup
+from localspec.types import MAX_GAMMA
+from localspec.theory import best_gamma, expected_tokens_per_step, linear_batch_cost, speedup
 
 DRAFT_QUANTS = ("Q4_K_M", "Q8_0", "Q4_1")
 """Quantizations a small-model drafter is used at."""
