@@ -88,13 +88,26 @@ class Divergence:
     """Target argmax at that position, recomputed in the same batch after replaying the calls."""
     argmax_one_row: int
     """Target argmax at that position, same cache, rows of the batch evaluated one at a time."""
+    argmax_all_rows_alone: int
+    """Target argmax at that position when the whole recorded history (prompt, every verify
+    batch, every rollback) is replayed with each row evaluated alone: same tokens, same
+    positions, only the batch shapes differ."""
     margin: float
     """Top-1 minus top-2 logit of the one-row evaluation."""
 
     @property
+    def flips_locally(self) -> bool:
+        """This step's batch shape alone flips the argmax (the cache before it held fixed)."""
+        return self.argmax_one_row != self.argmax_in_batch
+
+    @property
     def explained(self) -> bool:
-        """The batch shape alone flips the argmax, and the replay reproduces the engine's token."""
-        return self.argmax_in_batch == self.spec_token and self.argmax_one_row != self.argmax_in_batch
+        """The replay reproduces the engine's token, and evaluating the same tokens at the same
+        positions as single rows (this step only, or the whole history) gives another argmax:
+        the parting comes from the target's batched-vs-one-row numerics, not from the loop."""
+        return self.argmax_in_batch == self.spec_token and (
+            self.flips_locally or self.argmax_all_rows_alone != self.argmax_in_batch
+        )
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -117,24 +130,41 @@ def explain(recorder: RecordingBackend, prompt_len: int, plain: Sequence[int], s
         if c[0] == "decode" and c[3] and c[1] <= pos < c[1] + len(c[2])
     )
     inner = recorder.inner
-    inner.truncate(0)
-    for c in calls[:at]:
-        if c[0] == "truncate":
-            inner.truncate(c[1])
-        else:
-            assert inner.n_past == c[1], "replay lost track of the cache"
-            inner.decode(list(c[2]), c[3])
+    _replay(inner, calls[:at], rows_alone=False)
     _, n_past, batch, _ = calls[at]
     assert inner.n_past == n_past
     row = pos - n_past
     in_batch = int(np.argmax(inner.decode(list(batch), all_logits=True)[row]))
     inner.truncate(n_past)
-    one = np.empty(0, dtype=np.float32)
-    for tok in batch[: row + 1]:
-        one = inner.decode([tok])[-1].copy()
+    one = _rows_alone(inner, batch[: row + 1])
+    _replay(inner, calls[:at], rows_alone=True)
+    all_alone = _rows_alone(inner, batch[: row + 1])
     inner.truncate(0)
     top = np.sort(one.astype(np.float64))
     return Divergence(
         index=i, plain_token=int(plain[i]), spec_token=int(spec[i]), batch_rows=len(batch), row=row,
-        argmax_in_batch=in_batch, argmax_one_row=int(np.argmax(one)), margin=float(top[-1] - top[-2]),
+        argmax_in_batch=in_batch, argmax_one_row=int(np.argmax(one)),
+        argmax_all_rows_alone=int(np.argmax(all_alone)), margin=float(top[-1] - top[-2]),
     )
+
+
+def _replay(backend: ModelBackend, calls: Sequence[tuple[Any, ...]], *, rows_alone: bool) -> None:
+    """Re-run recorded calls from an empty cache, as recorded or with every row alone."""
+    backend.truncate(0)
+    for c in calls:
+        if c[0] == "truncate":
+            backend.truncate(c[1])
+            continue
+        assert backend.n_past == c[1], "replay lost track of the cache"
+        if rows_alone:
+            _rows_alone(backend, c[2])
+        else:
+            backend.decode(list(c[2]), c[3])
+
+
+def _rows_alone(backend: ModelBackend, tokens: Sequence[int]) -> np.ndarray:
+    """Evaluate `tokens` one row per decode; the last row's logits (a copy)."""
+    row = np.empty(0, dtype=np.float32)
+    for tok in tokens:
+        row = backend.decode([tok])[-1].copy()
+    return row

@@ -53,10 +53,9 @@ def _prompts(n: int) -> list[str]:
 
 
 def _generate(engine: Engine, request: GenerationRequest) -> tuple[list[int], Any]:
-    gen = engine.generate(request)
-    tokens = [e.token_id for e in gen if e.token_id >= 0]
-    stats = gen.stats if hasattr(gen, "stats") and not callable(gen.stats) else engine.stats()
-    return tokens, stats
+    with engine.generate(request) as gen:
+        tokens = [e.token_id for e in gen if e.token_id >= 0]
+    return tokens, gen.stats
 
 
 def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int) -> dict[str, Any]:
@@ -100,6 +99,7 @@ def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int) -> dict
                     entry["divergence"] = {
                         "batch_rows": d.batch_rows, "row": d.row, "argmax_in_batch": d.argmax_in_batch,
                         "argmax_one_row": d.argmax_one_row, "spec_token": d.spec_token,
+                        "argmax_all_rows_alone": d.argmax_all_rows_alone, "flips_locally": d.flips_locally,
                         "plain_token": d.plain_token, "margin": d.margin, "explained": d.explained,
                     }
             row["arms"][arm] = entry

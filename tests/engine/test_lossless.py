@@ -3,23 +3,25 @@
 `exact`: a row's logits do not depend on the batch it is evaluated in, so greedy output with
 any drafter, any γ and any prompt split is token-identical to an independent plain greedy
 loop — no tolerance. `fast`: llama.cpp's repacked CPU weights, where a row inside a verify
-batch can differ from the same row alone; every point where outputs part is replayed and
-evaluated both ways, and the two argmaxes must differ (the divergence is the target's own
-numerics, not the loop). Both modes load here on any host: the AMX decision does not pick
+batch can differ from the same row alone; every point where outputs part is replayed from
+the engine's recorded calls and evaluated both ways — in its batch shapes, and with the same
+tokens at the same positions one row at a time (that step alone, or the whole history, since
+earlier batched rows shape the cache too) — and the argmaxes must differ: the divergence is
+the target's own numerics, not the loop. Both modes load here on any host: the AMX decision does not pick
 which buffer path the suite tests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 from lossless_tools import RecordingBackend, explain, first_divergence, plain_greedy
 
-from localspec.engine import ChatMessage, Engine, GenerationRequest, ModelSpec
+from localspec.engine import ChatMessage, Engine, GenerationRequest, ModelSpec, SpecStats
 from localspec.engine.llama_backend import LlamaCppBackend, build_has_amx, use_extra_buffers
 from localspec.kernels.reference import probs_from_logits, sample_from_weights
 from localspec.types import SamplingParams
@@ -48,11 +50,19 @@ class Rig:
 
     def run(self, messages: tuple[ChatMessage, ...], **kw: object) -> tuple[list[int], list[int]]:
         """(prompt tokens, output tokens) of one engine generation, recorded from position 0."""
-        prompt = self.engine.tokenize(self.engine.render_chat(messages))
         self.recorder.start()
-        out = [e.token_id for e in self.engine.generate(GenerationRequest(messages=messages, **kw))
-               if e.token_id >= 0]
+        return self.resume(messages, **kw)
+
+    def resume(self, messages: tuple[ChatMessage, ...], **kw: object) -> tuple[list[int], list[int]]:
+        """Like `run`, but on whatever the caches hold (a multi-turn chat reuses its prefix)."""
+        prompt = self.engine.tokenize(self.engine.render_chat(messages))
+        with self.engine.generate(GenerationRequest(messages=messages, **kw)) as gen:  # type: ignore[arg-type]
+            out = [e.token_id for e in gen if e.token_id >= 0]
+        self.stats = gen.stats
         return prompt, out
+
+    stats: SpecStats = field(default_factory=SpecStats)
+    """Stats of the last generation."""
 
 
 def _rig(target_path: Path, draft_path: Path, numerics: str) -> Rig:
@@ -132,7 +142,7 @@ def test_fast_mode_uses_the_repacked_path_on_any_cpu(qwen_fast: Rig) -> None:
 def test_exact_greedy_identical_to_plain_loop(qwen_exact: Rig, question: str, drafter: str, gamma: int) -> None:
     messages = (ChatMessage("user", question),)
     prompt, spec = qwen_exact.run(messages, max_tokens=MAX_TOKENS, drafter=drafter, gamma=gamma)
-    stats = qwen_exact.engine.stats()
+    stats = qwen_exact.stats
     assert stats.numerics == "exact"
     plain = plain_greedy(qwen_exact.target, prompt, MAX_TOKENS)
     assert len(plain) >= 32  # long enough to mean something
@@ -147,26 +157,23 @@ def test_exact_multi_turn_reusing_the_prompt_cache(qwen_exact: Rig) -> None:
     prompt1, out1 = qwen_exact.run(first, max_tokens=48, drafter="model", gamma=4)
     reply = b"".join(engine.target.token_bytes(t) for t in out1).decode("utf-8", "replace")
     second = (*first, ChatMessage("assistant", reply), ChatMessage("user", "Now make it recursive."))
-    prompt2 = engine.tokenize(engine.render_chat(second))
-    # no recorder.start(): turn two reuses the cache turn one left behind
-    out2 = [e.token_id for e in engine.generate(GenerationRequest(messages=second, max_tokens=48,
-                                                                   drafter="adaptive", gamma=4))
-            if e.token_id >= 0]
-    assert engine.stats().num_cached_prompt_tokens > len(prompt1) // 2
+    prompt2, out2 = qwen_exact.resume(second, max_tokens=48, drafter="adaptive", gamma=4)
+    assert qwen_exact.stats.num_cached_prompt_tokens > len(prompt1) // 2
     assert out1 == plain_greedy(qwen_exact.target, prompt1, 48)
     assert out2 == plain_greedy(qwen_exact.target, prompt2, 48)
 
 
 @pytest.mark.parametrize("drafter,gamma", DRAFTERS, ids=[d for d, _ in DRAFTERS])
 def test_exact_smollm2_identical_to_plain_loop(smol_exact: Rig, drafter: str, gamma: int) -> None:
+    total = SpecStats()
     for question in ("Write a Python class for a stack.", "Tell me about the moon.", "List five fruits."):
         messages = (ChatMessage("user", question),)
         prompt, spec = smol_exact.run(messages, max_tokens=80, drafter=drafter, gamma=gamma)
+        total.merge(smol_exact.stats)
         plain = plain_greedy(smol_exact.target, prompt, 80)
         assert spec == plain, f"{question!r} parts at token {first_divergence(plain, spec)}"
     if drafter == "model":  # drafting for itself in the same numerics: every draft is accepted
-        s = smol_exact.engine.stats()
-        assert s.num_draft_tokens > 20 and s.num_accepted_tokens == s.num_draft_tokens
+        assert total.num_draft_tokens > 60 and total.num_accepted_tokens == total.num_draft_tokens
 
 
 # -- fast: every divergence is a batched-vs-one-row argmax flip ---------------------------
@@ -174,7 +181,7 @@ def test_exact_smollm2_identical_to_plain_loop(smol_exact: Rig, drafter: str, ga
 def test_fast_divergences_are_the_targets_batch_numerics(qwen_fast: Rig, question: str) -> None:
     messages = (ChatMessage("user", question),)
     prompt, spec = qwen_fast.run(messages, max_tokens=MAX_TOKENS, drafter="model", gamma=4)
-    assert qwen_fast.engine.stats().numerics == "fast"
+    assert qwen_fast.stats.numerics == "fast"
     plain = plain_greedy(qwen_fast.target, prompt, MAX_TOKENS)
     i = first_divergence(plain, spec)
     if i is None:
@@ -182,8 +189,10 @@ def test_fast_divergences_are_the_targets_batch_numerics(qwen_fast: Rig, questio
     assert i < min(len(plain), len(spec)), "one output is a prefix of the other: a length bug, not numerics"
     d = explain(qwen_fast.recorder, len(prompt), plain, spec)
     assert d.argmax_in_batch == d.spec_token, "replaying the engine's calls does not give its token"
-    assert d.argmax_one_row != d.argmax_in_batch, (
-        f"parts at token {i} but row {d.row} of its {d.batch_rows}-row batch has the same argmax alone"
+    assert d.explained, (
+        f"parts at token {i}, yet the same tokens at the same positions evaluated one row at a time "
+        f"(this step: {d.argmax_one_row}, whole history: {d.argmax_all_rows_alone}) keep the batched "
+        f"argmax {d.argmax_in_batch}"
     )
 
 
