@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from localspec.engine.acceptance import Acceptor
@@ -71,6 +71,10 @@ class Engine:
             from localspec.compat import check_files
 
             check_files(target.path, draft.path)  # before any weights load
+        if isinstance(draft, ModelSpec):
+            # the drafter's numerics change only what it proposes, never the output (the
+            # target's verify decides every token): its fastest kernels are free speed
+            draft = replace(draft, numerics="fast")
         self.target: ModelBackend = _load(target) if isinstance(target, ModelSpec) else target
         try:
             self.draft: ModelBackend | None = _load(draft) if isinstance(draft, ModelSpec) else draft
