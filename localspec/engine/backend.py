@@ -28,7 +28,30 @@ class KVCache(Protocol):
         ...
 
 
-class ModelBackend(KVCache, Protocol):
+class Tokenizer(Protocol):
+    """The target's tokenizer and chat template: what validating a request needs."""
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids."""
+        ...
+
+    @property
+    def chat_template(self) -> str | None:
+        """The GGUF's Jinja chat template, if any."""
+        ...
+
+    @property
+    def bos_token(self) -> str:
+        """Text of the BOS token ("" if none)."""
+        ...
+
+    @property
+    def eos_token(self) -> str:
+        """Text of the EOS token ("" if none)."""
+        ...
+
+
+class ModelBackend(KVCache, Tokenizer, Protocol):
     """One loaded model with one KV cache (sequence 0) and its tokenizer.
 
     `decode` appends at n_past; `truncate` drops everything from a position on. The logits
@@ -48,31 +71,12 @@ class ModelBackend(KVCache, Protocol):
         `all_logits`, else [1, V] for the last token."""
         ...
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """Text to token ids."""
-        ...
-
     def token_bytes(self, token: int) -> bytes:
         """The raw bytes of one token's piece (special tokens render as b"")."""
         ...
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, ...)."""
-        ...
-
-    @property
-    def chat_template(self) -> str | None:
-        """The GGUF's Jinja chat template, if any."""
-        ...
-
-    @property
-    def bos_token(self) -> str:
-        """Text of the BOS token ("" if none)."""
-        ...
-
-    @property
-    def eos_token(self) -> str:
-        """Text of the EOS token ("" if none)."""
         ...
 
     def close(self) -> None:

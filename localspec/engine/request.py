@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
+from localspec.engine.backend import Tokenizer
 from localspec.engine.chat import render_chat
 from localspec.errors import ContextOverflowError, InvalidRequestError
 from localspec.types import (
@@ -21,29 +21,6 @@ from localspec.types import (
     GenerationRequest,
     SamplingParams,
 )
-
-
-class Tokenizer(Protocol):
-    """The target's tokenizer and chat template (a `ModelBackend` is one)."""
-
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """Text to token ids."""
-        ...
-
-    @property
-    def chat_template(self) -> str | None:
-        """The GGUF's Jinja chat template, if any."""
-        ...
-
-    @property
-    def bos_token(self) -> str:
-        """Text of the BOS token ("" if none)."""
-        ...
-
-    @property
-    def eos_token(self) -> str:
-        """Text of the EOS token ("" if none)."""
-        ...
 
 
 @dataclass(frozen=True)
