@@ -92,6 +92,9 @@ class Divergence:
     """Target argmax at that position when the whole recorded history (prompt, every verify
     batch, every rollback) is replayed with each row evaluated alone: same tokens, same
     positions, only the batch shapes differ."""
+    argmax_plain_shapes: int
+    """Target argmax at that position with the same tokens in plain decoding's shapes: the
+    prompt in one batch, then one row per output token."""
     margin: float
     """Top-1 minus top-2 logit of the one-row evaluation."""
 
@@ -101,13 +104,25 @@ class Divergence:
         return self.argmax_one_row != self.argmax_in_batch
 
     @property
+    def level(self) -> str:
+        """The smallest change of batch shapes that flips the argmax: `step` (this verify
+        batch's rows alone), `history` (every recorded row alone) or `prompt` (the prompt in
+        one batch as plain decoding does, the rest alone); `none` if no reshaping flips it."""
+        if self.flips_locally:
+            return "step"
+        if self.argmax_all_rows_alone != self.argmax_in_batch:
+            return "history"
+        if self.argmax_plain_shapes != self.argmax_in_batch:
+            return "prompt"
+        return "none"
+
+    @property
     def explained(self) -> bool:
-        """The replay reproduces the engine's token, and evaluating the same tokens at the same
-        positions as single rows (this step only, or the whole history) gives another argmax:
-        the parting comes from the target's batched-vs-one-row numerics, not from the loop."""
-        return self.argmax_in_batch == self.spec_token and (
-            self.flips_locally or self.argmax_all_rows_alone != self.argmax_in_batch
-        )
+        """Replaying the engine's calls reproduces its token, the same tokens in plain
+        decoding's shapes reproduce plain decoding's token, and reshaping the batches flips
+        the argmax: the parting is the target's batched-vs-one-row numerics, not the loop."""
+        return (self.argmax_in_batch == self.spec_token and self.argmax_plain_shapes == self.plain_token
+                and self.level != "none")
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -118,12 +133,14 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def explain(recorder: RecordingBackend, prompt_len: int, plain: Sequence[int], spec: Sequence[int]) -> Divergence:
+def explain(recorder: RecordingBackend, prompt: Sequence[int], plain: Sequence[int], spec: Sequence[int]) -> Divergence:
     """Replay the recorded calls up to the verify batch that produced the first differing
-    token, evaluate that batch again and then its rows one at a time from the same cache."""
+    token and evaluate that position in its batch, with this step's rows alone, with every
+    recorded row alone, and in plain decoding's shapes (prompt in one batch, then one row per
+    token; the tokens before `i` are the same in both outputs)."""
     i = first_divergence(plain, spec)
     assert i is not None and i < len(plain) and i < len(spec), "no token-level divergence to explain"
-    pos = prompt_len + i - 1  # the KV position whose logits chose output token i
+    pos = len(prompt) + i - 1  # the KV position whose logits chose output token i
     calls = recorder.calls
     at = max(
         n for n, c in enumerate(calls)
@@ -140,11 +157,16 @@ def explain(recorder: RecordingBackend, prompt_len: int, plain: Sequence[int], s
     _replay(inner, calls[:at], rows_alone=True)
     all_alone = _rows_alone(inner, batch[: row + 1])
     inner.truncate(0)
+    plain_shapes = inner.decode(list(prompt))[-1].copy()  # output token 0 comes from this row
+    if i:
+        plain_shapes = _rows_alone(inner, spec[:i])
+    inner.truncate(0)
     top = np.sort(one.astype(np.float64))
     return Divergence(
         index=i, plain_token=int(plain[i]), spec_token=int(spec[i]), batch_rows=len(batch), row=row,
         argmax_in_batch=in_batch, argmax_one_row=int(np.argmax(one)),
-        argmax_all_rows_alone=int(np.argmax(all_alone)), margin=float(top[-1] - top[-2]),
+        argmax_all_rows_alone=int(np.argmax(all_alone)), argmax_plain_shapes=int(np.argmax(plain_shapes)),
+        margin=float(top[-1] - top[-2]),
     )
 
 

@@ -95,11 +95,12 @@ def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int) -> dict
                 i = first_divergence(ref, tokens)
                 entry["diverges_at"] = i
                 if i is not None and i < min(len(ref), len(tokens)):
-                    d = explain(recorder, len(prompt), ref, tokens)
+                    d = explain(recorder, prompt, ref, tokens)
                     entry["divergence"] = {
                         "batch_rows": d.batch_rows, "row": d.row, "argmax_in_batch": d.argmax_in_batch,
                         "argmax_one_row": d.argmax_one_row, "spec_token": d.spec_token,
                         "argmax_all_rows_alone": d.argmax_all_rows_alone, "flips_locally": d.flips_locally,
+                        "argmax_plain_shapes": d.argmax_plain_shapes, "level": d.level,
                         "plain_token": d.plain_token, "margin": d.margin, "explained": d.explained,
                     }
             row["arms"][arm] = entry

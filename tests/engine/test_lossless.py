@@ -4,10 +4,11 @@
 any drafter, any γ and any prompt split is token-identical to an independent plain greedy
 loop — no tolerance. `fast`: llama.cpp's repacked CPU weights, where a row inside a verify
 batch can differ from the same row alone; every point where outputs part is replayed from
-the engine's recorded calls and evaluated both ways — in its batch shapes, and with the same
-tokens at the same positions one row at a time (that step alone, or the whole history, since
-earlier batched rows shape the cache too) — and the argmaxes must differ: the divergence is
-the target's own numerics, not the loop. Both modes load here on any host: the AMX decision does not pick
+the engine's recorded calls and evaluated both ways — in its batch shapes (which must give
+the engine's token), and with the same tokens at the same positions one row at a time: that
+step's rows alone, every recorded row alone, or plain decoding's own shapes (prompt in one
+batch, which must give plain decoding's token) — and the argmaxes must differ: the
+divergence is the target's own numerics, not the loop. Both modes load here on any host: the AMX decision does not pick
 which buffer path the suite tests.
 """
 
@@ -187,39 +188,10 @@ def test_fast_divergences_are_the_targets_batch_numerics(qwen_fast: Rig, questio
     if i is None:
         return
     assert i < min(len(plain), len(spec)), "one output is a prefix of the other: a length bug, not numerics"
-    d = explain(qwen_fast.recorder, len(prompt), plain, spec)
+    d = explain(qwen_fast.recorder, prompt, plain, spec)
     assert d.argmax_in_batch == d.spec_token, "replaying the engine's calls does not give its token"
-    assert d.explained, (
-        f"parts at token {i}, yet the same tokens at the same positions evaluated one row at a time "
-        f"(this step: {d.argmax_one_row}, whole history: {d.argmax_all_rows_alone}) keep the batched "
-        f"argmax {d.argmax_in_batch}"
+    assert d.argmax_plain_shapes == d.plain_token, "the same tokens in plain decoding's shapes do not give its token"
+    assert d.level != "none", (
+        f"parts at token {i}, yet evaluating the same tokens at the same positions one row at a time "
+        f"keeps the batched argmax {d.argmax_in_batch}"
     )
-
-
-# -- sampling ---------------------------------------------------------------------------
-def test_exact_plain_sampling_matches_the_seed_stream(smol_exact: Rig) -> None:
-    """γ = 0 with a seed: the same text as sampling the target with the same uniforms."""
-    params = SamplingParams(temperature=0.8, top_p=0.95)
-    messages = (ChatMessage("user", "Tell me a short story about a robot."),)
-    prompt, out = smol_exact.run(messages, max_tokens=40, drafter="none", temperature=0.8, top_p=0.95, seed=77)
-    t, rng = smol_exact.target, np.random.default_rng(77)
-    t.truncate(0)
-    row = t.decode(prompt)[-1]
-    ref: list[int] = []
-    while len(ref) < 40:
-        tok = sample_from_weights(probs_from_logits(row, params), float(rng.random(1)[0]))
-        if t.is_eog(tok):
-            break
-        ref.append(tok)
-        row = t.decode([tok])[-1]
-    t.truncate(0)
-    assert len(ref) > 10 and out == ref
-
-
-def test_sampling_same_seed_same_text_with_a_drafter(smol_exact: Rig) -> None:
-    messages = (ChatMessage("user", "Once upon a time"),)
-    kw = dict(max_tokens=40, temperature=0.8, seed=1234, drafter="model", gamma=3)
-    _, a = smol_exact.run(messages, **kw)
-    _, b = smol_exact.run(messages, **kw)
-    _, c = smol_exact.run(messages, **{**kw, "seed": 4321})
-    assert a == b and len(a) > 20 and a != c
