@@ -58,7 +58,8 @@ def _generate(engine: Engine, request: GenerationRequest) -> tuple[list[int], An
     return tokens, gen.stats
 
 
-def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int) -> dict[str, Any]:
+def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int,
+             arms: tuple[tuple[str, int], ...] = ARMS) -> dict[str, Any]:
     """All prompts and arms in one numerics mode."""
     t_spec = ModelSpec(str(installed_path("qwen2.5-coder-1.5b-instruct-q4_k_m")), n_ctx=n_ctx, numerics=mode)
     # the drafter's numerics never change the output, only its speed: always fast
@@ -68,7 +69,7 @@ def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int) -> dict
     engine = Engine(recorder, LlamaCppBackend(d_spec))  # type: ignore[arg-type]
     result: dict[str, Any] = {"mode": mode, "prompts": [], "arms": {}}
     arm_stats: dict[str, dict[str, float]] = {a: {"identical": 0, "tokens": 0, "seconds": 0.0, "steps": 0}
-                                              for a, _ in (("plain", 0), *ARMS)}
+                                              for a, _ in (("plain", 0), *arms)}
     for pi, question in enumerate(prompts):
         messages = (ChatMessage("user", question),)
         prompt = engine.tokenize(engine.render_chat(messages))
@@ -76,7 +77,7 @@ def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int) -> dict
         ref = plain_greedy(target, prompt, max_tokens)
         t_ref = time.perf_counter() - t0
         row: dict[str, Any] = {"prompt": pi, "plain_loop_tokens": len(ref), "plain_loop_s": t_ref, "arms": {}}
-        for arm, gamma in (("plain", 0), *ARMS):
+        for arm, gamma in (("plain", 0), *arms):
             recorder.start()
             drafter = "none" if arm == "plain" else arm
             tokens, stats = _generate(engine, GenerationRequest(messages=messages, max_tokens=max_tokens,
@@ -115,6 +116,31 @@ def run_mode(mode: str, prompts: list[str], max_tokens: int, n_ctx: int) -> dict
     return result
 
 
+def run_timing(prompts: list[str], max_tokens: int, n_ctx: int, rounds: int) -> dict[str, Any]:
+    """Both modes loaded at once and run alternately (same prompt, arm and round back to
+    back), so the machine's noise falls on both alike: tok/s per (mode, arm)."""
+    draft = str(installed_path("qwen2.5-coder-0.5b-instruct-q4_k_m"))
+    target = str(installed_path("qwen2.5-coder-1.5b-instruct-q4_k_m"))
+    engines = {m: Engine(ModelSpec(target, n_ctx=n_ctx, numerics=m), ModelSpec(draft, n_ctx=n_ctx))
+               for m in ("exact", "fast")}
+    sums: dict[str, dict[str, list[float]]] = {m: {} for m in engines}
+    for _ in range(rounds):
+        for question in prompts:
+            messages = (ChatMessage("user", question),)
+            for arm, gamma in (("none", 0), ("model", 4), ("ngram", 4)):
+                for mode, engine in engines.items():
+                    _, st = _generate(engine, GenerationRequest(messages=messages, max_tokens=max_tokens,
+                                                                drafter=arm, gamma=gamma))
+                    acc = sums[mode].setdefault(arm, [0.0, 0.0])
+                    acc[0] += st.num_generated_tokens
+                    acc[1] += st.t_generate_s
+    for e in engines.values():
+        e.close()
+    out = {m: {arm: a[0] / a[1] for arm, a in arms.items()} for m, arms in sums.items()}
+    print(json.dumps(out, indent=1))
+    return out
+
+
 def _markdown(results: list[dict[str, Any]], n_prompts: int) -> str:
     lines = ["| mode | arm | identical to plain loop | explained divergences | tok/s | AL |", "|---|---|---:|---:|---:|---:|"]
     for r in results:
@@ -132,10 +158,19 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--modes", default="exact,fast")
+    ap.add_argument("--arms", default="model,ngram,adaptive", help="drafters to compare (γ=4 each)")
     ap.add_argument("--out", type=Path, default=Path("bench-out/numerics"))
+    ap.add_argument("--timing", type=int, default=0, metavar="ROUNDS",
+                    help="only time plain / model / n-gram in both modes, alternating, ROUNDS times")
     args = ap.parse_args()
     prompts = _prompts(args.prompts)
-    results = [run_mode(m, prompts, args.max_tokens, args.ctx) for m in args.modes.split(",")]
+    if args.timing:
+        args.out.mkdir(parents=True, exist_ok=True)
+        timing = run_timing(prompts, args.max_tokens, args.ctx, args.timing)
+        (args.out / "timing.json").write_text(json.dumps(timing, indent=1))
+        return
+    arms = tuple((a, 4) for a in args.arms.split(","))
+    results = [run_mode(m, prompts, args.max_tokens, args.ctx, arms) for m in args.modes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "numerics.json").write_text(json.dumps(results, indent=1))
     md = _markdown(results, len(prompts))
