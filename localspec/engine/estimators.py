@@ -148,9 +148,14 @@ class BatchCost:
         """b = seconds(n rows) / seconds(1 row), measured, interpolated or extrapolated."""
         if n <= 1:
             return 1.0
-        if n in self._r:
-            return self._r[n]
-        points = [(1, 1.0), *sorted(self._r.items())]
+        # a batch never costs less than a smaller one (noise and load changes can make a
+        # rarely measured size look cheap): use the running maximum over sizes
+        points = [(1, 1.0)]
+        for m, r in sorted(self._r.items()):
+            points.append((m, max(r, points[-1][1])))
+        exact = [y for x, y in points if x == n]
+        if exact:
+            return exact[0]
         lower = max(p for p in points if p[0] < n)
         upper = [p for p in points if p[0] > n]
         if upper:

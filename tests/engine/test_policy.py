@@ -221,3 +221,17 @@ def test_p_min_stops_drafting_on_low_confidence() -> None:
     rng = np.random.default_rng(0)
     assert low.propose(ctx, 6, GREEDY, rng, p_min=0.9).tokens == ()
     assert len(high.propose(ctx, 6, GREEDY, rng, p_min=0.9).tokens) == 6
+
+
+def test_verify_cost_never_falls_with_batch_size() -> None:
+    """A size measured during a quiet moment must not make longer batches look cheaper than
+    shorter ones (load changes between measurements of different sizes)."""
+    from localspec.engine.estimators import BatchCost
+
+    c = BatchCost()
+    c.observe(1, 0.1)
+    c.observe(5, 0.25)
+    c.observe(3, 0.02)  # a glitch
+    ratios = [c.ratio(n) for n in range(1, 10)]
+    assert ratios == sorted(ratios) and ratios[0] == 1.0
+    assert c.ratio(5) == pytest.approx(2.5) and c.ratio(9) >= c.ratio(5)
