@@ -146,6 +146,29 @@ def load_builtin() -> PromptSet:
     return parse_rows(_read_jsonl(node.read_text(encoding="utf-8"), "speed_local.jsonl"), "builtin:speed_local")
 
 
+BUILTIN_NAME = "builtin"
+"""How a list of prompt sources names the built-in set."""
+
+
+def load_prompt_sources(sources: Sequence[str | Path]) -> PromptSet:
+    """Several prompt sets read as one, in order: `BUILTIN_NAME` is the packaged set, anything
+    else a JSONL file. Question ids must not repeat across them."""
+    sets = [load_builtin() if str(s) == BUILTIN_NAME else load_prompt_file(s) for s in sources]
+    if len(sets) == 1:
+        return sets[0]
+    prompts = tuple(p for ps in sets for p in ps.prompts)
+    ids = [p.question_id for p in prompts]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise PromptSetError(f"question ids appear in more than one prompt set: {', '.join(dup[:5])}")
+    formats = dict.fromkeys(ps.format for ps in sets if ps.format != "empty")
+    return PromptSet(
+        prompts, "+".join(formats) or "empty", "+".join(ps.path for ps in sets),
+        sum(ps.num_skipped_placeholder for ps in sets), sum(ps.num_skipped_invalid for ps in sets),
+        tuple(dict.fromkeys(p.category for p in prompts)),
+    )
+
+
 def select(
     prompts: Sequence[BenchPrompt], categories: Sequence[str] | None = None, per_category: int | None = None
 ) -> list[BenchPrompt]:

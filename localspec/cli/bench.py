@@ -15,6 +15,7 @@ BENCH_EXAMPLES = [
     "localspec bench --categories coding,rag --gamma 1,2,4 --max-tokens 64",
     "localspec bench --sweep --temp 0,0.8 --drafters model,ngram,adaptive --json out.json --plot out.png",
     "localspec bench --prompts SPEED-Bench/qualitative.jsonl --prompts-per-category 10",
+    "localspec bench --prompts builtin --prompts models/prompts/humaneval.jsonl --drafters model,ngram,adaptive",
 ]
 
 
@@ -55,7 +56,7 @@ def register(app: typer.Typer) -> None:
         model: str | None = opt.MODEL,
         model_draft: str | None = opt.MODEL_DRAFT,
         categories: Annotated[str | None, typer.Option("--categories", help="Comma-separated categories (default: all in the prompt set).")] = None,
-        prompts: Annotated[Path | None, typer.Option("--prompts", help="External prompt file: SPEED-Bench or Spec-Bench JSONL (default: the built-in set).")] = None,
+        prompts: Annotated[list[str] | None, typer.Option("--prompts", help="Prompt set: a SPEED-Bench or Spec-Bench JSONL file, or 'builtin' (the default); repeat to run several as one.")] = None,
         gamma: Annotated[str, typer.Option("--gamma", help="Draft lengths to measure, comma-separated.")] = "1,2,4,8",
         sweep: Annotated[bool, typer.Option("--sweep", help="Measure γ = 1,2,3,4,6,8 (overrides --gamma).")] = False,
         temp: Annotated[str, typer.Option("--temp", help="Temperatures, comma-separated (0 = greedy).")] = "0",
@@ -88,7 +89,7 @@ def register(app: typer.Typer) -> None:
         from localspec.bench.plot import write_plot
         from localspec.bench.report import build_report, markdown_tables, rebuild_report, render_tables, write_json
         from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
-        from localspec.prompts import load_builtin, load_prompt_file, select
+        from localspec.prompts import load_builtin, load_prompt_sources, select
 
         console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -117,7 +118,7 @@ def register(app: typer.Typer) -> None:
         temps = _floats(temp, "--temp")
         kinds = _names(drafters, ("model", "ngram", "adaptive"), "--drafters")
 
-        pset = load_prompt_file(prompts) if prompts else load_builtin()
+        pset = load_prompt_sources(prompts) if prompts else load_builtin()
         if pset.num_skipped_placeholder or pset.num_skipped_invalid:
             console.print(
                 f"[yellow]{pset.path}: skipped {pset.num_skipped_placeholder} rows with placeholder turns "

@@ -2,18 +2,27 @@
 tokens per second, from what this engine has measured on this machine.
 
 Expected tokens of a step drafting k tokens: 1 + Σ_{j=1..k} Π_{i<=j} r_i, where r_i is the
-estimated conditional acceptance at position i (accepted at i / steps that reached i),
-kept per drafter as decayed counts on a Beta prior. Expected time: the drafter's decode
-cost (a linear model t(n) = a + s·(n-1) fitted to its own decode calls, including the
-catch-up batch after steps that did not use it) + the target's verify cost for k+1 tokens
-(the same kind of model fitted to verify calls) + the measured per-step overhead. Plain
-decoding (k = 0) is always a candidate, so on hardware where drafting does not pay the
-policy settles on it; after `probe_every` steps without the model drafter it drafts one
-or two tokens to notice when the text has become predictable again, doubling the interval
-after each probe that does not win the model drafter back. A probe also pays the
-drafter's catch-up over the skipped tokens, so it is only made once its predicted extra
-time is within PROBE_BUDGET of the time spent since the model drafter last ran: on a GPU
-that is every few steps, on a CPU a short reply is never slowed down by exploring.
+estimated conditional acceptance at position i (estimators.Acceptance). Prompt lookup is
+tracked per matched suffix length (longer matches predict better); the estimate for one
+length starts from what the other lengths showed, so every match informs the others.
+Expected time: the target's verify of k+1 rows (estimators.BatchCost, measured per batch
+size as a ratio to one row, so it holds on a GPU's flat curve and a CPU's steep one) + the
+drafter's decode cost (estimators.DraftCost: its one-token calls, and its batches — the
+prompt's prefill and the catch-up after steps that did not use it) + the measured per-step
+overhead. Plain decoding (k = 0) is always a candidate.
+
+Exploration. Estimates only change for a drafter that is used, so a drafter whose prior
+looks worse than plain decoding would never be tried. The policy therefore makes *trials* of
+a drafter that is not the best choice but could be at the optimistic end of its estimate
+(UPPER_SDS standard deviations up): its option with the least expected cost over the best
+choice (its regret), prompt lookup only where a match exists. Trials are paid from a budget
+of EXPLORE_BUDGET of the measured time (each pays what it really lost), so exploring never
+costs more than that share; a trial that did at least as well as expected is followed by
+another at the next chance, one that did worse waits TRIAL_BACKOFF times longer. Prompt
+lookup costs nothing to draft, so its trial costs only the larger verify batch: on a GPU it
+is tried at its first match, on a CPU within a few steps. The model drafter's trial also
+pays its catch-up over the skipped tokens, so on a CPU it is tried early in a request or not
+at all.
 
 Cost models persist in the engine across requests (they describe the hardware);
 acceptance estimates carry over with reduced weight so a new request adapts quickly.
@@ -21,135 +30,88 @@ acceptance estimates carry over with reduced weight so a new request adapts quic
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.engine.drafting import Drafter, ModelDrafter, NoDrafter
+from localspec.engine.estimators import PRIOR_WEIGHT, Acceptance, BatchCost, DraftCost, expected_from_rates
 from localspec.engine.ngram import PromptLookupDrafter
 from localspec.types import SamplingParams
 
-DECAY = 0.97
-"""Per-observation decay of acceptance counts (≈ the last 30 steps matter)."""
-CARRY_OVER = 0.3
-"""Weight kept from earlier requests' acceptance counts."""
-PRIOR_WEIGHT = 2.0
-MAX_PROBE_INTERVAL = 512
-PROBE_BUDGET = 0.03
-"""Share of generation time a re-probe of the model drafter may cost."""
-PRIORS = {"model": 0.7, "ngram2": 0.35, "ngram3": 0.5, "ngram4": 0.65}
-"""Prior per-position acceptance; n-gram drafts are tracked by matched suffix length."""
+log = logging.getLogger(__name__)
+
+EXPLORE_BUDGET = 0.02
+"""Share of the generation's time that trials of drafters not (yet) worth using may cost."""
+MAX_TRIAL_INTERVAL = 512
+TRIAL_BACKOFF = 1.5
+"""Growth of the wait between trials after one that did worse than expected."""
+PRIORS = {"model": 0.7, "ngram2": 0.5, "ngram3": 0.5, "ngram4": 0.5}
+"""Prior per-position acceptance. Prompt lookup is tracked per matched suffix length n; the
+estimate for one n starts from what the other lengths showed (each observation counted once)."""
+NGRAM_KEYS = ("ngram2", "ngram3", "ngram4")
 
 
-@dataclass
-class LinearCost:
-    """Decayed least squares fit of seconds = a + s·(n - 1) over (n tokens, seconds) points."""
-
-    decay: float = 0.98
-    sw: float = 0.0
-    sx: float = 0.0
-    sy: float = 0.0
-    sxx: float = 0.0
-    sxy: float = 0.0
-    default_slope_ratio: float = 0.25
-    """Slope as a share of `a` until two batch sizes have been seen (CPU-like, cautious)."""
-
-    def observe(self, n: int, seconds: float) -> None:
-        """Add one measured call."""
-        d, x = self.decay, float(n - 1)
-        self.sw = self.sw * d + 1.0
-        self.sx = self.sx * d + x
-        self.sy = self.sy * d + seconds
-        self.sxx = self.sxx * d + x * x
-        self.sxy = self.sxy * d + x * seconds
-
-    @property
-    def known(self) -> bool:
-        """True once anything was measured."""
-        return self.sw > 0
-
-    def predict(self, n: int) -> float:
-        """Seconds for a call of n tokens (0 before any measurement)."""
-        if self.sw <= 0:
-            return 0.0
-        var = self.sxx / self.sw - (self.sx / self.sw) ** 2
-        if var > 1e-6:
-            slope = (self.sxy / self.sw - self.sx * self.sy / self.sw**2) / var
-            a = self.sy / self.sw - slope * self.sx / self.sw
-            slope = max(slope, 0.0)
-            a = max(a, 1e-6)
-        else:
-            mean_x = self.sx / self.sw
-            a = (self.sy / self.sw) / (1.0 + self.default_slope_ratio * mean_x)
-            slope = self.default_slope_ratio * a
-        return a + slope * (n - 1)
-
-
-@dataclass
-class Acceptance:
-    """Decayed per-position counts: reached[i] steps tested position i, accepted[i] passed."""
-
-    prior: float
-    reached: list[float] = field(default_factory=list)
-    accepted: list[float] = field(default_factory=list)
-
-    def observe(self, k: int, num_accepted: int) -> None:
-        """A step drafted k tokens and the first num_accepted passed."""
-        for lst in (self.reached, self.accepted):
-            lst[:] = [v * DECAY for v in lst]
-            if len(lst) < k:
-                lst.extend([0.0] * (k - len(lst)))
-        for i in range(min(k, num_accepted + 1)):
-            self.reached[i] += 1.0
-        for i in range(num_accepted):
-            self.accepted[i] += 1.0
-
-    def rate(self, i: int) -> float:
-        """Estimated conditional acceptance at position i (posterior mean).
-
-        Position 0 shrinks toward the fixed prior; a later position shrinks toward the
-        estimate of the position before it. A policy that mostly drafts one token observes
-        only position 0, and a fixed prior behind it would keep every longer draft looking
-        worse than the evidence says (conditional acceptance rarely drops after a hit).
-        """
-        rates = self._rates(i + 1)
-        return rates[i]
-
-    def _rates(self, n: int) -> list[float]:
-        out: list[float] = []
-        prior = self.prior
-        for i in range(n):
-            r = self.reached[i] if i < len(self.reached) else 0.0
-            a = self.accepted[i] if i < len(self.accepted) else 0.0
-            prior = (a + PRIOR_WEIGHT * prior) / (r + PRIOR_WEIGHT)
-            out.append(prior)
-        return out
-
-    def expected_tokens(self, k: int) -> float:
-        """1 + expected accepted drafts out of k."""
-        total, run = 1.0, 1.0
-        for r in self._rates(k):
-            run *= r
-            total += run
-        return total
-
-    def carried(self) -> Acceptance:
-        """A copy with reduced weight, for the next request."""
-        return Acceptance(self.prior, [v * CARRY_OVER for v in self.reached], [v * CARRY_OVER for v in self.accepted])
+def _acceptance_table() -> dict[str, Acceptance]:
+    return {name: Acceptance(p) for name, p in PRIORS.items()}
 
 
 @dataclass
 class PolicyState:
     """What the engine remembers between requests (one per sampling mode: greedy / sampled)."""
 
-    verify: LinearCost = field(default_factory=LinearCost)
-    draft: LinearCost = field(default_factory=LinearCost)
+    verify: BatchCost = field(default_factory=BatchCost)
+    draft: DraftCost = field(default_factory=DraftCost)
     ngram_cost: float = 0.0
     overhead: float = 0.0
-    probe_interval: int = 0
-    """Steps between re-probes of the model drafter (grows while probes keep losing)."""
-    acceptance: dict[str, Acceptance] = field(
-        default_factory=lambda: {name: Acceptance(p) for name, p in PRIORS.items()}
-    )
+    intervals: dict[str, int] = field(default_factory=dict)
+    """Chances between trials per drafter (grows while trials keep losing)."""
+    credit: float = 0.0
+    """Seconds of regret trials may still spend: EXPLORE_BUDGET of every step's time, less
+    what trials cost (down to one plain step in debt, so the first trials need no wait)."""
+    acceptance: dict[str, Acceptance] = field(default_factory=_acceptance_table)
+
+
+@dataclass
+class _Trials:
+    """When a drafter that is not the best choice may be tried again."""
+
+    base: int
+    interval: int
+    since: int = 0
+    """Chances (steps where it could have drafted) since it last drafted."""
+    pending: bool = False
+    """A trial was made and its drafter has not been available since."""
+
+    def judge(self, promising: bool) -> None:
+        """After a trial: try again at the next chance if its drafts did at least as well
+        as expected (the drafter is still in step with the text, so the next trial is the
+        cheapest one), else wait TRIAL_BACKOFF times as long."""
+        self.pending = True
+        grown = math.ceil(max(self.base, self.interval) * TRIAL_BACKOFF)
+        self.interval = 1 if promising else min(grown, MAX_TRIAL_INTERVAL)
+
+    def settle(self, won: bool) -> None:
+        """The first chance after a trial: back to the base pace if it made its drafter the best."""
+        self.pending = False
+        if won:
+            self.interval = self.base
+
+
+@dataclass(frozen=True)
+class _Option:
+    drafter: str
+    """"none", "model" or "ngram"."""
+    k: int
+    tokens: float
+    """Expected tokens of the step."""
+    seconds: float
+    """Predicted seconds of the step."""
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 class AdaptivePolicy:
@@ -164,80 +126,119 @@ class AdaptivePolicy:
         gamma: int,
         params: SamplingParams,
         state: PolicyState | None = None,
-        probe_every: int = 24,
+        probe_every: int = 4,
     ) -> None:
         self.model, self.ngram, self.max_gamma = model, ngram, gamma
         self.none = NoDrafter()
         self.drafters: list[Drafter] = [d for d in (model, ngram) if d is not None]
         self.state = state if state is not None else PolicyState()
+        for name, prior in PRIORS.items():  # states saved before a key existed
+            self.state.acceptance.setdefault(name, Acceptance(prior))
         self.state.acceptance = {k: v.carried() for k, v in self.state.acceptance.items()}
-        self.probe_every = probe_every
-        self._interval = max(probe_every, self.state.probe_interval)
-        self._since_model = 0
-        self._time_since_model = 0.0
-        self._probing = False
+        iv = self.state.intervals
+        self._trials = {
+            "model": _Trials(probe_every, max(probe_every, iv.get("model", 0))),
+            "ngram": _Trials(1, max(1, iv.get("ngram", 0))),
+        }
         self._context: Sequence[int] = ()
+        self._steps = 0
+        self._trial: tuple[str, float, float] | None = None
+        """(drafter, expected accepted drafts, the best choice's tokens/s) of a trial in flight."""
 
     def bind(self, context: Sequence[int]) -> None:
-        """The committed context the policy may read (n-gram matches)."""
+        """The committed context the policy may read (n-gram matches); called after the
+        drafters began the request, so the model drafter's prompt prefill is measured too
+        (the only large batch it decodes before its first catch-up)."""
         self._context = context
+        if self.model is not None:
+            for n, sec in self.model.decode_log:
+                self.state.draft.observe(n, sec)
+            self.model.decode_log.clear()
 
-    def _ngram_key(self, n: int) -> str:
+    @staticmethod
+    def _ngram_key(n: int) -> str:
         return f"ngram{min(max(n, 2), 4)}"
 
-    def _step_time(self, drafter: str, k: int) -> float:
+    # -- predictions -------------------------------------------------------------------
+    def _seconds(self, drafter: str, k: int) -> float:
         s = self.state
         t = s.verify.predict(k + 1) + s.overhead
         if drafter == "model" and k > 0 and self.model is not None:
             lag = max(1, len(self._context) - self.model.backend.n_past)
             t += s.draft.predict(lag) + (k - 1) * s.draft.predict(1)
-        elif drafter.startswith("ngram"):
+        elif drafter == "ngram" and k > 0:
             t += s.ngram_cost
         return t
 
-    def _score(self, drafter: str, k: int) -> float:
-        tokens = 1.0 if k == 0 else self.state.acceptance[drafter].expected_tokens(k)
-        t = self._step_time(drafter, k)
-        return tokens / t if t > 0 else 0.0
+    def _rates(self, drafter: str, k: int, match_len: int = 0, upper: bool = False) -> list[float]:
+        acc = self.state.acceptance
+        if drafter == "ngram":
+            key = self._ngram_key(match_len)
+            others = [acc[o] for o in NGRAM_KEYS if o != key]
+            a = sum(o.accepted[0] for o in others if o.accepted)
+            r = sum(o.evidence for o in others)
+            prior = (a + PRIOR_WEIGHT * acc[key].prior) / (r + PRIOR_WEIGHT)
+            return acc[key].upper(k, prior) if upper else acc[key].rates(k, prior)
+        return acc[drafter].upper(k) if upper else acc[drafter].rates(k)
 
+    def _options(self, drafter: str, k_max: int, match_len: int = 0, upper: bool = False) -> list[_Option]:
+        """Options drafting 1..k_max tokens with `drafter` (`upper`: at optimistic acceptance)."""
+        rates = self._rates(drafter, k_max, match_len, upper)
+        return [_Option(drafter, k, expected_from_rates(rates[:k]), self._seconds(drafter, k)) for k in range(1, k_max + 1)]
+
+    @staticmethod
+    def _regret(option: _Option, best: _Option) -> float:
+        """Expected seconds lost by taking `option` instead of `best` (>= 0)."""
+        return max(0.0, option.seconds - option.tokens / best.rate) if best.rate > 0 else option.seconds
+
+    # -- the choice --------------------------------------------------------------------
     def choose(self, k_cap: int) -> tuple[Drafter, int]:
         """The best (drafter, k) by expected tokens per second; k <= k_cap."""
         k_cap = min(k_cap, self.max_gamma)
+        self._steps += 1
         s = self.state
         if k_cap <= 0 or not s.verify.known:
             return self._pick("none", 0)
         model_ok = self.model is not None
         if model_ok and not s.draft.known:
             return self._pick("model", min(2, k_cap))  # measure the drafter once
-        best, best_score = ("none", 0), self._score("none", 0)
-        if model_ok:
-            for k in range(1, k_cap + 1):
-                sc = self._score("model", k)
-                if sc > best_score:
-                    best, best_score = ("model", k), sc
         cont, n = self.ngram.match(self._context, k_cap) if self._context else ((), 0)
-        key = self._ngram_key(n)
-        for k in range(1, len(cont) + 1):
-            sc = self._score(key, k)
-            if sc > best_score:
-                best, best_score = ("ngram", k), sc
-        if model_ok and best[0] != "model" and self._probe_due(min(2, k_cap)):
-            # re-probe: the text may have become predictable again
-            self._probing = True
-            return self._pick("model", min(2, k_cap))
-        if self._probing:
-            self._probing = False
-            won = best[0] == "model"
-            self._interval = self.probe_every if won else min(self._interval * 2, MAX_PROBE_INTERVAL)
-            self.state.probe_interval = self._interval
-        return self._pick(*best)
-
-    def _probe_due(self, k: int) -> bool:
-        """Enough steps and enough time since the model drafter last ran to afford a probe."""
-        if self._since_model < self._interval:
-            return False
-        extra = self._step_time("model", k) - self._step_time("none", 0)
-        return extra <= PROBE_BUDGET * self._time_since_model
+        options = [_Option("none", 0, 1.0, self._seconds("none", 0))]
+        if model_ok:
+            options += self._options("model", k_cap)
+        if cont:
+            options += self._options("ngram", len(cont), n)
+        best = max(options, key=lambda o: o.rate)
+        available = {"model": model_ok, "ngram": bool(cont)}
+        for name, tr in self._trials.items():
+            if not available[name]:
+                continue
+            if tr.pending:
+                tr.settle(best.drafter == name)
+                s.intervals[name] = tr.interval
+            tr.since = 0 if best.drafter == name else tr.since + 1
+        choice, why = best, "best"
+        for name in ("ngram", "model"):
+            tr = self._trials[name]
+            if best.drafter == name or not available[name] or tr.since < tr.interval:
+                continue
+            hopes = self._options(name, len(cont) if name == "ngram" else k_cap, n, upper=True)
+            if max(o.rate for o in hopes) <= best.rate:
+                continue  # even at the optimistic end of its estimate it would not be chosen
+            trial = min((o for o in options if o.drafter == name), key=lambda o: self._regret(o, best))
+            cost = self._regret(trial, best)
+            if cost <= s.credit + s.verify.predict(1):
+                tr.since = 0
+                self._trial = (name, trial.tokens - 1.0, best.rate)
+                choice, why = trial, "trial"
+                break
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "step %d %s %s k=%d E=%.2f T=%.1fms (best %s k=%d %.1f tok/s) match=%d credit=%.1fms",
+                self._steps, why, choice.drafter, choice.k, choice.tokens, choice.seconds * 1e3,
+                best.drafter, best.k, best.rate, n, s.credit * 1e3,
+            )
+        return self._pick(choice.drafter, choice.k)
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
         if name == "model" and self.model is not None:
@@ -246,18 +247,24 @@ class AdaptivePolicy:
             return self.ngram, k
         return self.none, 0
 
+    # -- learning ----------------------------------------------------------------------
     def observe(self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float) -> None:
         """Update costs and acceptance from the finished step."""
         s = self.state
+        seconds = t_draft_s + t_verify_s + s.overhead
+        s.credit += EXPLORE_BUDGET * seconds
+        if self._trial is not None:
+            # the trial pays what it really lost against the best choice's rate, so the
+            # budget holds even when the estimates that chose it were too hopeful
+            name, expected, best_rate = self._trial
+            self._trial = None
+            s.credit -= max(0.0, seconds - (num_accepted + 1) / best_rate) if best_rate > 0 else seconds
+            self._trials[name].judge(k > 0 and num_accepted >= expected)
+            s.intervals[name] = self._trials[name].interval
         s.verify.observe(k + 1, t_verify_s)
         if drafter == "model" and self.model is not None:
             for n, sec in self.model.decode_log:
                 s.draft.observe(n, sec)
-            self._since_model = 0
-            self._time_since_model = 0.0
-        else:
-            self._since_model += 1
-            self._time_since_model += t_draft_s + t_verify_s + s.overhead
         if drafter == "ngram":
             s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
         key = self._ngram_key(self.ngram.last_match) if drafter == "ngram" else drafter

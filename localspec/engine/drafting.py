@@ -108,8 +108,13 @@ class ModelDrafter:
         return self.backend
 
     def begin(self, context: Sequence[int]) -> None:
-        """Reuse the cached prefix and evaluate the rest of the prompt but its last token."""
-        cache.prefill(self.backend, context)
+        """Reuse the cached prefix and evaluate the rest of the prompt but its last token
+        (timed in `decode_log`, for cost models)."""
+        self.decode_log.clear()
+        t0 = self.backend.t_decode_s
+        n = len(context) - 1 - cache.prefill(self.backend, context)
+        if n > 0:
+            self.decode_log.append((n, self.backend.t_decode_s - t0))
 
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0

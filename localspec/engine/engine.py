@@ -93,7 +93,8 @@ class Engine:
         self._running_cancel: threading.Event | None = None
         self._totals = SpecStats(kernel=self._acceptor.name)
         self._policy_states: dict[bool, PolicyState] = {}
-        """Adaptive policy memory (costs, acceptance) per sampling mode (greedy or not)."""
+        """Adaptive policy memory per sampling mode (greedy or not): acceptance of its own,
+        verify and drafter cost models shared."""
 
     # -- public API -----------------------------------------------------------------
     @property
@@ -174,7 +175,12 @@ class Engine:
     def _policy(self, request: PreparedRequest) -> DraftPolicy:
         kind, gamma = request.drafter, request.gamma
         if kind == "adaptive":
-            state = self._policy_states.setdefault(request.params.greedy, PolicyState())
+            state = self._policy_states.get(request.params.greedy)
+            if state is None:
+                # acceptance differs between greedy and sampled decoding; the costs are the hardware's
+                other = next(iter(self._policy_states.values()), None)
+                state = PolicyState(verify=other.verify, draft=other.draft) if other else PolicyState()
+                self._policy_states[request.params.greedy] = state
             return AdaptivePolicy(self._model_drafter, self._ngram, gamma, request.params, state)
         if kind == "model":
             if self._model_drafter is None:

@@ -9,7 +9,7 @@ import pytest
 
 from localspec.errors import PromptSetError
 from localspec.prompts import (
-    SPEED_CATEGORIES, is_placeholder, load_builtin, load_prompt_file, parse_rows, select,
+    SPEED_CATEGORIES, is_placeholder, load_builtin, load_prompt_file, load_prompt_sources, parse_rows, select,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -80,3 +80,18 @@ def test_select_takes_first_n_per_category_in_given_order() -> None:
 def test_select_unknown_category_lists_the_available_ones() -> None:
     with pytest.raises(PromptSetError, match="available: coding"):
         select(load_builtin().prompts, ["poetry"], 1)
+
+
+def test_prompt_sources_run_as_one_set(tmp_path: Path) -> None:
+    """The built-in set plus the committed HumanEval subset: every category of both, in order;
+    a question id in two sets is an error."""
+    humaneval = Path(__file__).resolve().parents[2] / "models" / "prompts" / "humaneval.jsonl"
+    ps = load_prompt_sources(["builtin", humaneval])
+    assert ps.categories == (*dict.fromkeys(p.category for p in load_builtin().prompts), "humaneval")
+    he = [p for p in ps.prompts if p.category == "humaneval"]
+    assert len(he) == 12 and all("```python\n" in p.turns[0] and "def " in p.turns[0] for p in he)
+    assert ps.format == "speed-bench+spec-bench"
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text(humaneval.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    with pytest.raises(PromptSetError, match="humaneval-000"):
+        load_prompt_sources([humaneval, dup])

@@ -257,3 +257,15 @@ class TestSampling:
         obs = np.append(counts[big], counts[~big].sum())
         exp = np.append(expected[big], expected[~big].sum())
         assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+def test_adaptive_modes_share_the_hardware_costs() -> None:
+    """Greedy and sampled requests keep their own acceptance estimates but one measurement
+    of what the verify batches and the drafter cost (they describe the machine)."""
+    engine = make_engine()
+    run(engine, drafter="adaptive", max_tokens=12)
+    run(engine, drafter="adaptive", max_tokens=12, temperature=0.8, seed=1)
+    greedy, sampled = engine._policy_states[True], engine._policy_states[False]
+    assert greedy.verify is sampled.verify and greedy.draft is sampled.draft
+    assert greedy.acceptance is not sampled.acceptance
+    assert greedy.verify.known
