@@ -19,9 +19,9 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from localspec.errors import ContextOverflowError, ModelLoadError, ModelNotFoundError
-from localspec.hardware import cpu_has_amx
 from localspec.engine.numerics import TILED_MM_ENV, NumericsPlan, plan_numerics
+from localspec.errors import ContextOverflowError, DecodeError, ModelLoadError, ModelNotFoundError
+from localspec.hardware import cpu_has_amx
 from localspec.types import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -217,8 +217,6 @@ class LlamaCppBackend:
                         f"{self.name}: no KV cache slot for {len(chunk)} tokens at position {pos0}; "
                         "raise -c/--ctx-size"
                     )
-                from localspec.errors import DecodeError
-
                 raise DecodeError(f"{self.name}: llama_decode failed with code {rc}")
         self.tokens.extend(int(t) for t in tokens)
         ptr = llama_cpp.llama_get_logits(self._ctx)
