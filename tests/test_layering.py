@@ -28,9 +28,9 @@ LAYERS: dict[str, int] = {
 FRONT_ENDS = ("localspec.tui", "localspec.server", "localspec.cli", "localspec.bench")
 # third-party import -> the only modules allowed to import it (prefix match on module names)
 OWNED = {
-    "llama_cpp": ("localspec.engine.llama_backend",),
+    "llama_cpp": ("localspec.engine.llama.backend",),
     "cupy": ("localspec.kernels._cuda",),
-    "ctypes": ("localspec.kernels._cuda", "localspec.engine.llama_backend"),
+    "ctypes": ("localspec.kernels._cuda", "localspec.engine.llama.backend"),
     "huggingface_hub": ("localspec.download",),
     "torch": ("localspec.kernels",),
     "pynvml": ("localspec.hardware",),
@@ -114,7 +114,7 @@ def test_module_respects_layers(path: Path) -> None:
         ("localspec.engine.loop", "textual", False),          # engine importing a UI library
         ("localspec.engine.loop", "localspec.server.app", False),  # lower layer importing higher
         ("localspec.server.app", "llama_cpp", False),          # only the backend module may
-        ("localspec.engine.drafting", "llama_cpp", True),      # ... even lazily
+        ("localspec.engine.drafters", "llama_cpp", True),      # ... even lazily
         ("localspec.tui.app", "localspec.server.app", True),   # front ends never import each other
         ("localspec.cli.serve", "localspec.server.app", False),  # cli only lazily
         ("localspec.kernels._torch", "cupy", True),            # native CUDA only in kernels/_cuda
@@ -126,7 +126,7 @@ def test_checker_catches_violations(me: str, imported: str, lazy: bool) -> None:
 
 
 def test_checker_allows_the_intended_imports() -> None:
-    assert _problems("localspec.engine.llama_backend", [("llama_cpp", 1, False)]) == []
+    assert _problems("localspec.engine.llama.backend", [("llama_cpp", 1, False)]) == []
     assert _problems("localspec.cli.serve", [("localspec.server.app", 1, True)]) == []
     assert _problems("localspec.tui.screens.chat", [("localspec.engine", 1, False)]) == []
 

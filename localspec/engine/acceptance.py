@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from localspec.engine.drafting import DraftProposal
+from localspec.engine.drafters import DraftProposal
 from localspec.kernels import AcceptanceBackend
 from localspec.types import MAX_GAMMA, AcceptResult, SamplingParams
 

@@ -35,9 +35,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from localspec.engine.drafting import Drafter, ModelDrafter, NoDrafter
+from localspec.engine.drafters import Drafter, ModelDrafter, NoDrafter
 from localspec.engine.estimators import PRIOR_WEIGHT, Acceptance, BatchCost, DraftCost, expected_from_rates
-from localspec.engine.ngram import PromptLookupDrafter
+from localspec.engine.drafters.ngram import PromptLookupDrafter
 from localspec.types import SamplingParams
 
 log = logging.getLogger(__name__)

@@ -23,11 +23,11 @@ from functools import partial
 from localspec.engine.acceptance import Acceptor
 from localspec.engine.adaptive import AdaptivePolicy, PolicyState
 from localspec.engine.backend import ModelBackend
-from localspec.engine.drafting import ModelDrafter, NoDrafter
+from localspec.engine.drafters import ModelDrafter, NoDrafter
 from localspec.engine.generation import Generation
 from localspec.engine.loop import StepLoop
 from localspec.engine.metrics import SpecStats
-from localspec.engine.ngram import PromptLookupDrafter
+from localspec.engine.drafters.ngram import PromptLookupDrafter
 from localspec.engine.policy import DraftPolicy, FixedPolicy
 from localspec.engine.request import Limits, PreparedRequest, chat_text, prepare
 from localspec.errors import EngineBusyError, InvalidRequestError
@@ -50,7 +50,7 @@ class EngineInfo:
 
 
 def _load(spec: ModelSpec) -> ModelBackend:
-    from localspec.engine.llama_backend import LlamaCppBackend
+    from localspec.engine.llama.backend import LlamaCppBackend
 
     return LlamaCppBackend(spec)
 

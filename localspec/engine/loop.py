@@ -16,7 +16,7 @@ import numpy as np
 from localspec.engine import cache
 from localspec.engine.acceptance import Acceptor
 from localspec.engine.backend import KVCache, ModelBackend
-from localspec.engine.drafting import EMPTY
+from localspec.engine.drafters import EMPTY
 from localspec.engine.emitter import Emitter
 from localspec.engine.metrics import SpecStats
 from localspec.engine.policy import DraftPolicy

@@ -99,7 +99,7 @@ class ModeCost:
 
 def describe() -> dict[str, object]:
     """Static facts: what each mode runs with here, and why."""
-    from localspec.engine.llama_backend import build_features, numerics_plan
+    from localspec.engine.llama.backend import build_features, numerics_plan
     from localspec.hardware import cpu_has_amx
 
     plans = {m: numerics_plan(m, on_gpu=False, flash_attn=None) for m in NUMERICS_MODES}
@@ -131,7 +131,7 @@ def measure_costs(path: str, *, n_threads: int | None = None, rows: int = 5, rou
     machine's noise hits both alike). Takes some seconds per round on a 1.5B CPU model."""
     import numpy as np
 
-    from localspec.engine.llama_backend import LlamaCppBackend
+    from localspec.engine.llama.backend import LlamaCppBackend
 
     backends = {m: LlamaCppBackend(ModelSpec(path, n_ctx=512, n_threads=n_threads, numerics=m))
                 for m in NUMERICS_MODES}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from localspec.engine.drafting import Drafter
+from localspec.engine.drafters import Drafter
 
 
 class DraftPolicy(Protocol):

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lossless_tools import RecordingBackend, explain, first_divergence, plain_greedy  # noqa: E402
 
 from localspec.engine import ChatMessage, Engine, GenerationRequest  # noqa: E402
-from localspec.engine.llama_backend import LlamaCppBackend  # noqa: E402
+from localspec.engine.llama.backend import LlamaCppBackend  # noqa: E402
 from localspec.prompts import load_builtin  # noqa: E402
 from localspec.store import installed_path  # noqa: E402
 from localspec.types import ModelSpec  # noqa: E402

@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from localspec.engine.adaptive import AdaptivePolicy, PolicyState
-from localspec.engine.drafting import ModelDrafter
+from localspec.engine.drafters import ModelDrafter
 from localspec.engine.fake import FakeBackend
-from localspec.engine.ngram import PromptLookupDrafter
+from localspec.engine.drafters.ngram import PromptLookupDrafter
 from localspec.theory import expected_tokens_per_step
 from localspec.types import SamplingParams
 

@@ -10,7 +10,7 @@ import pytest
 
 from localspec.engine import ChatMessage, Engine, GenerationRequest
 from localspec.engine.chat import render_chat
-from localspec.engine.llama_backend import LlamaCppBackend
+from localspec.engine.llama.backend import LlamaCppBackend
 from localspec.engine.text import IncrementalDetokenizer
 from localspec.errors import ContextOverflowError, ModelLoadError, ModelNotFoundError
 from localspec.types import ModelSpec

@@ -23,7 +23,7 @@ import pytest
 from lossless_tools import RecordingBackend, explain, first_divergence, plain_greedy
 
 from localspec.engine import ChatMessage, Engine, GenerationRequest, ModelSpec, SpecStats
-from localspec.engine.llama_backend import LlamaCppBackend, build_has_amx, use_extra_buffers
+from localspec.engine.llama.backend import LlamaCppBackend, build_has_amx, use_extra_buffers
 from localspec.kernels.reference import probs_from_logits, sample_from_weights
 from localspec.types import SamplingParams
 

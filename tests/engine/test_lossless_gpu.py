@@ -20,7 +20,7 @@ import pytest
 from lossless_tools import RecordingBackend, explain, first_divergence, plain_greedy
 
 from localspec.engine import ChatMessage, Engine, GenerationRequest, ModelSpec
-from localspec.engine.llama_backend import LlamaCppBackend, gpu_offload_supported
+from localspec.engine.llama.backend import LlamaCppBackend, gpu_offload_supported
 
 pytestmark = [pytest.mark.gpu, pytest.mark.models, pytest.mark.slow]
 

@@ -7,9 +7,9 @@ import pytest
 
 from localspec.engine.adaptive import EXPLORE_BUDGET, TRIAL_BACKOFF, AdaptivePolicy, PolicyState, _Option
 from localspec.engine.estimators import Acceptance, LinearCost
-from localspec.engine.drafting import ModelDrafter
+from localspec.engine.drafters import ModelDrafter
 from localspec.engine.fake import FakeBackend
-from localspec.engine.ngram import PromptLookupDrafter
+from localspec.engine.drafters.ngram import PromptLookupDrafter
 from localspec.types import SamplingParams
 
 GREEDY = SamplingParams()

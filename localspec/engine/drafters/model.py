@@ -1,86 +1,17 @@
-"""Drafters: who proposes the draft tokens d_1..d_k of a speculative step.
-
-- `ModelDrafter`: a small model with the target's tokenizer, greedy or sampled (then it
-  returns the logits rows q was built from, so acceptance uses the same q).
-- `NoDrafter`: proposes nothing: plain decoding (γ = 0) through the same loop, so
-  speedups are measured against the same code path.
-- `PromptLookupDrafter` (ngram.py): continuations found in the context, no q.
-
-A drafter with a KV cache of its own exposes it as `kv_cache`; after every step the engine
-drops its rejected drafts together with the target's (engine/cache.rollback).
-"""
+"""`ModelDrafter`: a small model with the target's tokenizer drafts, greedy or sampled (then
+it returns the logits rows q was built from, so acceptance uses the same q)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from localspec.engine import cache
 from localspec.engine.backend import KVCache, ModelBackend
+from localspec.engine.drafters.base import EMPTY, DraftProposal
 from localspec.kernels.reference import probs_from_logits, sample_from_weights
 from localspec.types import MAX_GAMMA, SamplingParams
-
-
-@dataclass(frozen=True)
-class DraftProposal:
-    """Draft tokens of one step and, for sampled model drafts, their logits rows."""
-
-    tokens: tuple[int, ...]
-    logits: npt.NDArray[np.float32] | None = None
-    """[k, V] raw drafter logits the drafts were sampled from, or None (greedy / no q)."""
-    drafter: str = "none"
-
-
-EMPTY = DraftProposal(())
-
-
-class Drafter(Protocol):
-    """Proposes draft tokens and follows the committed context."""
-
-    name: str
-
-    @property
-    def kv_cache(self) -> KVCache | None:
-        """The drafter's own KV cache, rolled back by the engine after every step; None if it has none."""
-        ...
-
-    def begin(self, context: Sequence[int]) -> None:
-        """A new request starts with `context` (prompt tokens; the last one not yet evaluated)."""
-        ...
-
-    def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> DraftProposal:
-        """Up to `k` draft tokens continuing `context` (all committed tokens)."""
-        ...
-
-    def observe(self, context: Sequence[int]) -> None:
-        """The step committed; `context` is the new committed sequence (its KV cache, if
-        any, has already been rolled back to it)."""
-        ...
-
-
-class NoDrafter:
-    """Plain decoding: never drafts."""
-
-    name = "none"
-    kv_cache: KVCache | None = None
-
-    def begin(self, context: Sequence[int]) -> None:
-        """Nothing to prepare."""
-
-    def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> DraftProposal:
-        """Always the empty draft."""
-        return EMPTY
-
-    def observe(self, context: Sequence[int]) -> None:
-        """Nothing to follow."""
 
 
 class ModelDrafter:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.engine.backend import KVCache
-from localspec.engine.drafting import EMPTY, DraftProposal
+from localspec.engine.drafters import EMPTY, DraftProposal
 from localspec.types import SamplingParams
 
 

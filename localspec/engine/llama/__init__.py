@@ -1,0 +1,5 @@
+"""The native boundary: the only modules that call llama.cpp (through llama-cpp-python and
+ctypes). Everything else in localspec talks to models through `engine.backend`'s protocols.
+
+- `backend.LlamaCppBackend`: one GGUF, its context and KV cache.
+"""
