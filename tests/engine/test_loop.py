@@ -123,9 +123,15 @@ class TestCancelAndErrors:
 
     def test_engine_cancel_forwards_to_the_running_generation(self) -> None:
         engine = make_engine(decode_delay_s=0.01)
-        threading.Timer(0.1, engine.cancel).start()
-        events = run(engine, drafter="model", max_tokens=500)
-        assert events[-1].finish_reason == "cancelled"
+        events = []
+        with engine.generate(GenerationRequest(prompt="The quick", drafter="model", max_tokens=500)) as gen:
+            for event in gen:
+                if not events:  # running now: cancel from another thread, as a front end would
+                    canceller = threading.Thread(target=engine.cancel)
+                    canceller.start()
+                    canceller.join()
+                events.append(event)
+        assert events[-1].finish_reason == "cancelled" and len(events) < 100
         engine.cancel()  # nothing runs: no effect on the next generation
         assert run(engine, drafter="model", max_tokens=5)[-1].finish_reason == "length"
 
