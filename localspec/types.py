@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-DRAFTER_KINDS = ("model", "ngram", "none", "adaptive")
+DRAFTER_KINDS = ("model", "ngram", "mtp", "none", "adaptive")
 """Drafting policies: the model drafter, prompt lookup, plain decoding, or chosen per step."""
 
 DEFAULT_GAMMA = 4

@@ -27,6 +27,7 @@ from localspec.engine.drafters import ModelDrafter, NoDrafter
 from localspec.engine.generation import Generation
 from localspec.engine.loop import StepLoop
 from localspec.engine.metrics import SpecStats
+from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.drafters.ngram import PromptLookupDrafter
 from localspec.engine.policy import DraftPolicy, FixedPolicy
 from localspec.engine.request import Limits, PreparedRequest, chat_text, prepare
@@ -53,6 +54,16 @@ def _load(spec: ModelSpec) -> ModelBackend:
     from localspec.engine.llama.backend import LlamaCppBackend
 
     return LlamaCppBackend(spec)
+
+
+def _mtp(target: ModelBackend, n_vocab: int) -> tuple[MtpDrafter | None, str | None]:
+    """The target's own MTP drafter, or None and why not."""
+    if getattr(target, "n_layer_nextn", 0) <= 0:
+        return None, (f"the target {target.name} has no multi-token-prediction (nextn) layers; "
+                      "use --drafter model with -md, or ngram")
+    from localspec.engine.llama.mtp import mtp_head
+
+    return MtpDrafter(mtp_head(target), n_vocab), None
 
 
 class Engine:
@@ -85,6 +96,13 @@ class Engine:
         self._acceptor = Acceptor(get_backend(kernel), n_vocab)
         self._model_drafter = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
         self._ngram = PromptLookupDrafter()
+        try:
+            self._mtp, self._mtp_unavailable = _mtp(self.target, n_vocab)
+        except BaseException:
+            self.target.close()
+            if self.draft is not None:
+                self.draft.close()
+            raise
         self.default_gamma = gamma
         self.check_invariants = check_invariants or bool(os.environ.get("LOCALSPEC_CHECK_INVARIANTS"))
         self._lock = threading.Lock()
@@ -114,7 +132,7 @@ class Engine:
     def limits(self) -> Limits:
         """What requests are checked against (context, default γ, whether a drafter model exists)."""
         return Limits(n_ctx=self.target.n_ctx, default_gamma=self.default_gamma,
-                      has_draft_model=self.draft is not None)
+                      has_draft_model=self.draft is not None, mtp_unavailable=self._mtp_unavailable)
 
     def render_chat(self, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True) -> str:
         """The target's chat template applied to `messages`."""
@@ -157,6 +175,9 @@ class Engine:
     def close(self) -> None:
         """Free both models (waits for a running generation to end)."""
         with self._lock:
+            mtp = getattr(self, "_mtp", None)
+            if mtp is not None:
+                mtp.close()
             self.target.close()
             if self.draft is not None:
                 self.draft.close()
@@ -188,4 +209,8 @@ class Engine:
             return FixedPolicy(self._model_drafter, gamma)
         if kind == "ngram":
             return FixedPolicy(self._ngram, gamma)
+        if kind == "mtp":
+            if self._mtp is None:
+                raise InvalidRequestError(f"drafter 'mtp': {self._mtp_unavailable}", param="drafter")
+            return FixedPolicy(self._mtp, gamma)
         return FixedPolicy(NoDrafter(), 0)

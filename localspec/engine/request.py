@@ -33,6 +33,8 @@ class Limits:
     """γ when the request gives none."""
     has_draft_model: bool
     """Whether the `model` drafter exists."""
+    mtp_unavailable: str | None = None
+    """Why the `mtp` drafter does not exist (e.g. the target has no nextn layers); None if it does."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,8 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
         raise InvalidRequestError(
             "drafter 'model' needs a draft model: load one with -md/--model-draft", param="drafter"
         )
+    if r.drafter == "mtp" and limits.mtp_unavailable is not None:
+        raise InvalidRequestError(f"drafter 'mtp': {limits.mtp_unavailable}", param="drafter")
     gamma = limits.default_gamma if r.gamma is None else r.gamma
     if not _is_int(gamma) or not 0 <= gamma <= MAX_GAMMA:
         raise InvalidRequestError(f"gamma must be an integer in [0, {MAX_GAMMA}], got {gamma!r}", param="gamma")
