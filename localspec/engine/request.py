@@ -31,10 +31,10 @@ class Limits:
     """The target's context window in tokens."""
     default_gamma: int
     """γ when the request gives none."""
-    has_draft_model: bool
-    """Whether the `model` drafter exists."""
-    mtp_unavailable: str | None = None
-    """Why the `mtp` drafter does not exist (e.g. the target has no nextn layers); None if it does."""
+    drafters: frozenset[str] = frozenset({"ngram"})
+    """Names of the drafters the engine offers (besides "none" and "adaptive")."""
+    target_name: str = "the target"
+    """For messages."""
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,20 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
         raise InvalidRequestError(
             f"drafter must be one of {', '.join(DRAFTER_KINDS)}, got {r.drafter!r}", param="drafter"
         )
-    if r.drafter == "model" and not limits.has_draft_model:
+    if r.drafter not in ("none", "adaptive") and r.drafter not in limits.drafters:
+        if r.drafter == "model":
+            raise InvalidRequestError(
+                "drafter 'model' needs a draft model: load one with -md/--model-draft", param="drafter"
+            )
+        if r.drafter == "mtp":
+            raise InvalidRequestError(
+                f"drafter 'mtp' needs a target with multi-token-prediction (nextn) layers, and "
+                f"{limits.target_name} has none: use --drafter model with -md, or ngram", param="drafter"
+            )
         raise InvalidRequestError(
-            "drafter 'model' needs a draft model: load one with -md/--model-draft", param="drafter"
+            f"drafter {r.drafter!r} is not available for the loaded models "
+            f"(available: {', '.join(sorted(limits.drafters | {'none', 'adaptive'}))})", param="drafter"
         )
-    if r.drafter == "mtp" and limits.mtp_unavailable is not None:
-        raise InvalidRequestError(f"drafter 'mtp': {limits.mtp_unavailable}", param="drafter")
     gamma = limits.default_gamma if r.gamma is None else r.gamma
     if not _is_int(gamma) or not 0 <= gamma <= MAX_GAMMA:
         raise InvalidRequestError(f"gamma must be an integer in [0, {MAX_GAMMA}], got {gamma!r}", param="gamma")
