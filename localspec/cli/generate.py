@@ -36,7 +36,7 @@ def generate(
     top_k: int = typer.Option(0, "--top-k"),
     seed: int | None = typer.Option(None, "-s", "--seed"),
     stop: list[str] = typer.Option([], "--stop", help="Stop string (repeatable)."),
-    drafter: str = typer.Option("adaptive", "--drafter", help="adaptive, model, ngram or none."),
+    drafter: str = typer.Option("adaptive", "--drafter", help="adaptive, model, ngram, mtp (the target's own nextn layers) or none."),
     p_min: float = typer.Option(0.0, "--spec-draft-p-min", help="Stop drafting below this drafter probability."),
     compare_plain: bool = typer.Option(False, "--compare-plain", help="Also run plain decoding on the same prompt and print both speeds."),
     model: str | None = opt.MODEL,

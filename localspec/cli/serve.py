@@ -37,7 +37,7 @@ def serve_command(
     max_queue: Annotated[int | None, typer.Option("--max-queue", help="Requests that may wait while one generates (default 16); more get 429.")] = None,
     temp: Annotated[float | None, typer.Option("--temp", help="temperature when a request gives none (default 1.0, OpenAI's).")] = None,
     n_predict: Annotated[int | None, typer.Option("-n", "--n-predict", help="max_tokens when a request gives none (default: until EOS / context full).")] = None,
-    drafter: Annotated[str | None, typer.Option("--drafter", help="Default drafting policy: adaptive, model, ngram, none.")] = None,
+    drafter: Annotated[str | None, typer.Option("--drafter", help="Default drafting policy: adaptive, model, ngram, mtp, none.")] = None,
     strict_model: Annotated[bool, typer.Option("--strict-model", help="404 for a request `model` other than the alias/target.")] = False,
 ) -> None:
     """Serve a speculative pair over an OpenAI-compatible HTTP API (with /metrics)."""
