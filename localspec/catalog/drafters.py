@@ -109,6 +109,10 @@ def _recurrent_reason(models: list[CatalogModel]) -> str:
             "that cannot drop rejected draft tokens")
 
 
+_MTP_WHY_NOT = ("not a separate download: load the GGUF that keeps the nextn layers as the target (-m) "
+                "and localspec offers its MTP drafter (--drafter mtp)")
+
+
 def mtp_draft_params(model: CatalogModel) -> float:
     """Parameters one MTP draft token reads: the nextn layer(s) plus the output head (estimated:
     an average layer of the active parameters, the output head as n_vocab x n_embd)."""
@@ -133,14 +137,15 @@ def drafter_options(catalog: Catalog, target: CatalogModel) -> list[DrafterOptio
     for r in records:
         options.append(DrafterOption(
             kind=r.kind, id=r.id, label=f"{KIND_LABELS[r.kind]} {r.name}", repo=r.repo, params=r.params,
-            runnable=r.kind in DRAFTER_KINDS, why_not=f"the {KIND_LABELS[r.kind]} drafter is being built",
+            runnable=r.kind in DRAFTER_KINDS and r.kind != "mtp",
+            why_not=_MTP_WHY_NOT if r.kind == "mtp" else f"the {KIND_LABELS[r.kind]} drafter is being built",
             source=r.ref or r.source, block_size=r.block_size, note=r.note,
         ))
     if target.mtp_layers and not any(r.kind == "mtp" for r in records):
         options.append(DrafterOption(
             kind="mtp", id=f"{target.id}:mtp", label=f"MTP (built in, {target.mtp_layers} layer)", repo=target.repo,
-            params=mtp_draft_params(target), runnable="mtp" in DRAFTER_KINDS,
-            why_not="the MTP drafter is being built", source=target.ref or target.source,
+            params=mtp_draft_params(target), runnable=False,
+            why_not=_MTP_WHY_NOT, source=target.ref or target.source,
             note="needs a GGUF that keeps the nextn layers",
         ))
     return sorted(options, key=lambda o: (not o.runnable, KINDS.index(o.kind), o.params))
