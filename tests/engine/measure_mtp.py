@@ -3,26 +3,25 @@ partial rollback of the hybrid target costs per step, by strategy.
 
     flock /tmp/localspec-heavy.lock nice -n 5 python tests/engine/measure_mtp.py [--tokenizer GGUF]
 
-Rollback strategies, each timed around a verify batch of 5 rows of which 2 are kept:
+Rollback strategies of engine/llama/backend.py, each timed around a verify batch of 5 rows
+of which 2 are kept:
 - `native`: llama.cpp's per-token recurrent-state snapshots (`n_rs_seq`): `llama_memory_seq_rm`;
-- `reevaluate`: clear the memory and decode the kept prefix again (any recurrent model);
 - `snapshot`: save the recurrent part of the state before the verify
   (`llama_state_seq_get_data_ext(..., PARTIAL_ONLY)`), and on a rejection restore it, drop the
-  attention rows and decode the kept rows again.
+  attention rows and decode the kept rows again (archs without `n_rs_seq`);
+- `reevaluate`: clear the memory and decode the kept prefix again.
 The numbers depend on the machine's load; run the arms side by side, under the lock.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -32,13 +31,14 @@ from localspec.engine import Engine, GenerationRequest, ModelSpec  # noqa: E402
 from localspec.engine.llama.backend import LlamaCppBackend  # noqa: E402
 from localspec.store import installed_path  # noqa: E402
 
-PARTIAL_ONLY = 1
 PROMPTS = ["def fibonacci(n):", "The capital of France is", "SELECT name FROM users WHERE"]
 
 
 def rollback_costs(path: Path, strategy: str, n_prompt: int, steps: int = 20) -> tuple[float, float]:
-    """(median verify ms, median rollback ms) over `steps` verify+partial-rollback rounds."""
-    b = LlamaCppBackend(ModelSpec(str(path), n_ctx=2048, numerics="exact"), rs_snapshots=8 if strategy == "native" else 0)
+    """(median verify ms, median rollback ms) over `steps` rounds of a 5-row verify batch of
+    which 2 rows are kept. The verify time of `snapshot` includes saving the state."""
+    kw = {"native": {}, "snapshot": {"rs_snapshots": 0}, "reevaluate": {"rs_snapshots": 0, "checkpoint": False}}
+    b = LlamaCppBackend(ModelSpec(str(path), n_ctx=2048, numerics="exact"), **kw[strategy])  # type: ignore[arg-type]
     rng = np.random.default_rng(0)
     b.decode([int(t) for t in rng.integers(1000, 100000, n_prompt)])
     verify, rollback = [], []
@@ -46,23 +46,13 @@ def rollback_costs(path: Path, strategy: str, n_prompt: int, steps: int = 20) ->
         rows = [int(t) for t in rng.integers(1000, 100000, 5)]
         n_past = b.n_past
         t0 = time.perf_counter()
-        if strategy == "snapshot":
-            size = llama_cpp.llama_state_seq_get_size_ext(b._ctx, 0, PARTIAL_ONLY)
-            buf = (ctypes.c_uint8 * size)()
-            llama_cpp.llama_state_seq_get_data_ext(b._ctx, buf, size, 0, PARTIAL_ONLY)
-        t1 = time.perf_counter()
         b.decode(rows, all_logits=True)
+        t1 = time.perf_counter()
+        b.truncate(n_past + 2)
         t2 = time.perf_counter()
-        if strategy == "snapshot":
-            llama_cpp.llama_state_seq_set_data_ext(b._ctx, buf, size, 0, PARTIAL_ONLY)
-            assert llama_cpp.llama_memory_seq_rm(b._mem, 0, n_past, -1)
-            del b.tokens[n_past:]
-            b.decode(rows[:2])
-        else:
-            b.truncate(n_past + 2)
-        t3 = time.perf_counter()
-        verify.append(t2 - t1)
-        rollback.append((t1 - t0) + (t3 - t2))
+        assert b.n_past == n_past + 2
+        verify.append(t1 - t0)
+        rollback.append(t2 - t1)
     b.close()
     return statistics.median(verify) * 1e3, statistics.median(rollback) * 1e3
 

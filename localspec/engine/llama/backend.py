@@ -7,7 +7,9 @@ Rollback by memory kind (`memory_kind`, from the model): a KV cache drops a suff
 `llama_memory_seq_rm`. A recurrent or hybrid model's state has no per-position entries; where
 llama.cpp keeps per-token snapshots of it (`n_rs_seq`, the Qwen3.5 / Qwen3-Next / Nemotron-H
 family) `llama_memory_seq_rm` steps back up to that many tokens of the last decode, once per
-decode; any other drop is re-evaluation: clear the memory and decode the kept tokens again.
+decode. Elsewhere the recurrent part of the state is saved before every verify batch
+(`llama_state_seq_get_data_ext`, PARTIAL_ONLY) and a rejection restores it and decodes the
+kept rows again. Any other drop is re-evaluation: clear the memory, decode the kept tokens.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from localspec.engine.numerics import TILED_MM_ENV, NumericsPlan, plan_numerics
 from localspec.errors import ContextOverflowError, DecodeError, ModelLoadError, ModelNotFoundError
 from localspec.hardware import cpu_has_amx
 from localspec.types import ModelSpec
+
+_PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: the recurrent (or SWA) part of a sequence's state
 
 RS_SNAPSHOTS = 8
 """Recurrent-state snapshots kept per sequence for hybrid/recurrent rollback (`n_rs_seq`):
@@ -130,7 +134,9 @@ def _nextn_rows(ctx: Any, n: int, n_embd: int) -> npt.NDArray[np.float32]:
 class LlamaCppBackend:
     """A GGUF model with its own context (one sequence), batch and token record."""
 
-    def __init__(self, spec: ModelSpec, *, n_outputs_max: int = 64, rs_snapshots: int = RS_SNAPSHOTS) -> None:
+    def __init__(
+        self, spec: ModelSpec, *, n_outputs_max: int = 64, rs_snapshots: int = RS_SNAPSHOTS, checkpoint: bool = True
+    ) -> None:
         if not os.path.isfile(spec.path):
             raise ModelNotFoundError(
                 f"model file not found: {spec.path}. See `localspec models list`, or "
@@ -196,6 +202,11 @@ class LlamaCppBackend:
         """How many tokens of its last decode a recurrent/hybrid model can step back natively."""
         self._last_decode_n = 0
         self._rollback_pending = False
+        self._checkpoint = checkpoint and self.memory_kind != "kv" and self.n_rs_seq == 0
+        """Save the recurrent state before each verify batch (where llama.cpp keeps no snapshots)."""
+        self._snap = (ctypes.c_uint8 * 0)()
+        self._snap_size = 0
+        self._snap_pos: int | None = None
         self.num_reevaluated = 0
         """Tokens decoded again because the memory could not drop a suffix (recurrent fallback)."""
         self.hidden: npt.NDArray[np.float32] | None = None
@@ -241,6 +252,12 @@ class LlamaCppBackend:
             )
         if all_logits and n > self.n_batch:
             raise ValueError(f"all_logits needs at most n_batch={self.n_batch} tokens, got {n}")
+        if self._checkpoint:
+            # a verify batch may be rolled back: keep the recurrent state from before it
+            if all_logits and self.tokens:
+                self._save_recurrent()
+            else:
+                self._snap_pos = None
         batch = self._batch
         n_out = 0
         for start in range(0, n, self.n_batch):
@@ -291,12 +308,41 @@ class LlamaCppBackend:
                 self._rollback_pending = True
                 del self.tokens[n_past:]
                 return
+            if self._snap_pos is not None and self._snap_pos <= n_past:
+                self._restore_recurrent(n_past)
+                return
             self._reevaluate(n_past)
             return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
             self._reevaluate(n_past)
             return
         del self.tokens[n_past:]
+
+    def _save_recurrent(self) -> None:
+        """Copy the recurrent part of the state (position n_past - 1) to host memory."""
+        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, 0, _PARTIAL_ONLY)
+        if len(self._snap) < size:
+            self._snap = (ctypes.c_uint8 * size)()
+        self._snap_size = llama_cpp.llama_state_seq_get_data_ext(self._ctx, self._snap, size, 0, _PARTIAL_ONLY)
+        self._snap_pos = self.n_past if self._snap_size else None
+
+    def _restore_recurrent(self, n_past: int) -> None:
+        """Back to the saved recurrent state, drop the attention rows after it, and decode
+        the kept rows since it again (a few rows instead of the whole prefix)."""
+        pos = self._snap_pos
+        assert pos is not None
+        again = self.tokens[pos:n_past]
+        self._snap_pos = None
+        if llama_cpp.llama_state_seq_set_data_ext(self._ctx, self._snap, self._snap_size, 0, _PARTIAL_ONLY) == 0:
+            self._reevaluate(n_past)
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, pos, -1):
+            self._reevaluate(n_past)
+            return
+        del self.tokens[pos:]
+        if again:
+            self.num_reevaluated += len(again)
+            self.decode(again)
 
     def _reevaluate(self, n_past: int) -> None:
         """Rebuild the state of tokens[:n_past] from scratch (the memory cannot drop the rest)."""
