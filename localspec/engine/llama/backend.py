@@ -4,10 +4,10 @@ It owns the model, the context, one reusable `llama_batch`, and the record of wh
 the cache holds, so rollback never leaks into the loop.
 
 Rollback by memory kind (`memory_kind`, from the model): a KV cache drops a suffix with
-`llama_memory_seq_rm`. A recurrent or hybrid model's state has no per-position entries; where
-llama.cpp keeps per-token snapshots of it (`n_rs_seq`: Qwen3.5, Nemotron-H, LFM2, GLM-5-Next, ...
-) `llama_memory_seq_rm` steps back up to that many tokens of the last decode, once per
-decode. Elsewhere the recurrent part of the state is saved before every verify batch
+`llama_memory_seq_rm`. A recurrent or hybrid model's state has no per-position entries;
+where llama.cpp keeps per-token snapshots of it (`n_rs_seq`: Qwen3.5, Nemotron-H, LFM2,
+GLM-5-Next, ...), `llama_memory_seq_rm` steps back up to that many tokens of the last
+decode, once per decode. Elsewhere the recurrent part of the state is saved before every verify batch
 (`llama_state_seq_get_data_ext`, PARTIAL_ONLY) and a rejection restores it and decodes the
 kept rows again. Any other drop is re-evaluation: clear the memory, decode the kept tokens.
 """
