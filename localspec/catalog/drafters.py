@@ -109,8 +109,8 @@ def _recurrent_reason(models: list[CatalogModel]) -> str:
             "that cannot drop rejected draft tokens")
 
 
-_MTP_WHY_NOT = ("not a separate download: load the GGUF that keeps the nextn layers as the target (-m) "
-                "and localspec offers its MTP drafter (--drafter mtp)")
+_MTP_WHY_NOT = ("load the GGUF that keeps the nextn layers as the target (-m) and pick --drafter mtp "
+                "(not a separate drafter file)")
 
 
 def mtp_draft_params(model: CatalogModel) -> float:
