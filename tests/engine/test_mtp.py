@@ -189,3 +189,66 @@ def test_mtp_request_on_a_fake_target_is_refused_before_compute() -> None:
     with pytest.raises(InvalidRequestError, match="fake-target has none") as e:
         engine.generate(GenerationRequest(prompt="Hello", max_tokens=4, drafter="mtp"))
     assert e.value.param == "drafter"
+
+
+class _FakeHead:
+    """An MTP head without weights: logits favour (last token + 1) mod V; records its rows."""
+
+    n_vocab = 16
+    t_decode_s = 0.0
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.closed = False
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def truncate(self, n_past: int) -> None:
+        del self.tokens[max(0, n_past):]
+
+    def catch_up(self, context: list[int], upto: int) -> int:
+        n = max(0, upto - self.n_past)
+        self.tokens.extend(context[self.n_past:upto])
+        return n
+
+    def _row(self, tok: int) -> np.ndarray:
+        row = np.zeros(self.n_vocab, dtype=np.float32)
+        row[(tok + 1) % self.n_vocab] = 3.0
+        return row
+
+    def draft_row(self, context: list[int]) -> np.ndarray:
+        self.catch_up(context, len(context) - 1)
+        self.tokens.append(context[-1])
+        return self._row(context[-1])
+
+    def chain_row(self, token: int) -> np.ndarray:
+        self.tokens.append(token)
+        return self._row(token)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_mtp_drafter_keeps_only_rows_fed_by_the_target() -> None:
+    from localspec.engine.drafters import MtpDrafter
+
+    head = _FakeHead()
+    d = MtpDrafter(head)  # type: ignore[arg-type]
+    context = [1, 5, 9]
+    d.begin(context)
+    assert head.tokens == [1, 5] and d.pending(context) == 1
+    p = d.propose(context, 3, SamplingParams(), np.random.default_rng(0))
+    assert p.tokens == (10, 11, 12) and p.logits is None and p.drafter == "mtp"
+    assert head.tokens == context  # the chain rows (fed the head's own states) are gone again
+    assert [n for n, _ in d.decode_log] == [1, 1, 1]
+    context = [1, 5, 9, 10, 4]  # d1 accepted, d2 rejected -> recovered 4
+    assert d.pending(context) == 2
+    p = d.propose(context, 2, SamplingParams(temperature=0.7), np.random.default_rng(0))
+    assert p.logits is not None and p.logits.shape == (len(p.tokens), head.n_vocab)
+    assert head.tokens == context
+    d.begin([1, 7])  # another prompt: only the shared prefix stays
+    assert head.tokens == [1]
+    d.close()
+    assert head.closed
