@@ -7,9 +7,16 @@ tracked per matched suffix length (longer matches predict better); the estimate 
 length starts from what the other lengths showed, so every match informs the others.
 Expected time: the target's verify of k+1 rows (estimators.BatchCost, measured per batch
 size as a ratio to one row, so it holds on a GPU's flat curve and a CPU's steep one) + the
-drafter's decode cost (estimators.DraftCost: its one-token calls, and its batches — the
-prompt's prefill and the catch-up after steps that did not use it) + the measured per-step
-overhead. Plain decoding (k = 0) is always a candidate.
+drafter's decode cost (estimators.DraftCost, one per drafter: its one-token calls, and its
+batches — the prompt's prefill and the catch-up after steps that did not use it) + the
+measured per-step overhead. Plain decoding (k = 0) is always a candidate.
+
+Drafters. The policy knows them through the `Drafter` interface only: a drafter's
+`decode_log` feeds its cost model, `pending(context)` says how much it must catch up before
+drafting, `sequential` whether each further draft token costs one more call (chain drafting)
+or the whole block comes from one call, and `prior_acceptance` seeds its estimate. Prompt
+lookup (a `PromptLookupDrafter`) is the one kind treated apart: it drafts only where its
+index matches, and its acceptance is tracked per matched suffix length.
 
 Exploration. Estimates only change for a drafter that is used, so a drafter whose prior
 looks worse than plain decoding would never be tried. The policy therefore makes *trials* of
@@ -35,9 +42,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from localspec.engine.drafters import Drafter, ModelDrafter, NoDrafter
+from localspec.engine.drafters import Drafter, NoDrafter, PromptLookupDrafter
 from localspec.engine.estimators import PRIOR_WEIGHT, Acceptance, BatchCost, DraftCost, expected_from_rates
-from localspec.engine.drafters.ngram import PromptLookupDrafter
 from localspec.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -47,14 +53,15 @@ EXPLORE_BUDGET = 0.02
 MAX_TRIAL_INTERVAL = 512
 TRIAL_BACKOFF = 1.5
 """Growth of the wait between trials after one that did worse than expected."""
-PRIORS = {"model": 0.7, "ngram2": 0.5, "ngram3": 0.5, "ngram4": 0.5}
-"""Prior per-position acceptance. Prompt lookup is tracked per matched suffix length n; the
-estimate for one n starts from what the other lengths showed (each observation counted once)."""
+NGRAM_PRIOR = 0.5
+"""Prior per-position acceptance of prompt lookup. It is tracked per matched suffix length n;
+the estimate for one n starts from what the other lengths showed (each observation counted
+once). Other drafters bring their own prior (`Drafter.prior_acceptance`)."""
 NGRAM_KEYS = ("ngram2", "ngram3", "ngram4")
 
 
 def _acceptance_table() -> dict[str, Acceptance]:
-    return {name: Acceptance(p) for name, p in PRIORS.items()}
+    return {name: Acceptance(NGRAM_PRIOR) for name in NGRAM_KEYS}
 
 
 @dataclass
@@ -62,7 +69,8 @@ class PolicyState:
     """What the engine remembers between requests (one per sampling mode: greedy / sampled)."""
 
     verify: BatchCost = field(default_factory=BatchCost)
-    draft: DraftCost = field(default_factory=DraftCost)
+    drafts: dict[str, DraftCost] = field(default_factory=dict)
+    """Decode cost model per drafter name (drafters with a decode cost of their own)."""
     ngram_cost: float = 0.0
     overhead: float = 0.0
     intervals: dict[str, int] = field(default_factory=dict)
@@ -71,6 +79,10 @@ class PolicyState:
     """Seconds of regret trials may still spend: EXPLORE_BUDGET of every step's time, less
     what trials cost (down to one plain step in debt, so the first trials need no wait)."""
     acceptance: dict[str, Acceptance] = field(default_factory=_acceptance_table)
+
+    def draft_cost(self, name: str) -> DraftCost:
+        """The cost model of drafter `name` (created empty on first use)."""
+        return self.drafts.setdefault(name, DraftCost())
 
 
 @dataclass
@@ -102,7 +114,7 @@ class _Trials:
 @dataclass(frozen=True)
 class _Option:
     drafter: str
-    """"none", "model" or "ngram"."""
+    """A drafter's name, or "none"."""
     k: int
     tokens: float
     """Expected tokens of the step."""
@@ -121,25 +133,29 @@ class AdaptivePolicy:
 
     def __init__(
         self,
-        model: ModelDrafter | None,
-        ngram: PromptLookupDrafter,
+        drafters: Sequence[Drafter],
         gamma: int,
         params: SamplingParams,
         state: PolicyState | None = None,
         probe_every: int = 4,
     ) -> None:
-        self.model, self.ngram, self.max_gamma = model, ngram, gamma
+        self.max_gamma = gamma
         self.none = NoDrafter()
-        self.drafters: list[Drafter] = [d for d in (model, ngram) if d is not None]
+        self.drafters: list[Drafter] = [d for d in drafters if d.name != "none"]
+        lookups = [d for d in self.drafters if isinstance(d, PromptLookupDrafter)]
+        self.ngram: PromptLookupDrafter | None = lookups[0] if lookups else None
+        self.costed: dict[str, Drafter] = {d.name: d for d in self.drafters if not isinstance(d, PromptLookupDrafter)}
+        """Drafters with a decode cost of their own (models, heads), by name."""
         self.state = state if state is not None else PolicyState()
-        for name, prior in PRIORS.items():  # states saved before a key existed
-            self.state.acceptance.setdefault(name, Acceptance(prior))
+        for key in NGRAM_KEYS:  # states saved before a key existed
+            self.state.acceptance.setdefault(key, Acceptance(NGRAM_PRIOR))
+        for name, d in self.costed.items():
+            self.state.acceptance.setdefault(name, Acceptance(d.prior_acceptance))
         self.state.acceptance = {k: v.carried() for k, v in self.state.acceptance.items()}
         iv = self.state.intervals
-        self._trials = {
-            "model": _Trials(probe_every, max(probe_every, iv.get("model", 0))),
-            "ngram": _Trials(1, max(1, iv.get("ngram", 0))),
-        }
+        self._trials = {name: _Trials(probe_every, max(probe_every, iv.get(name, 0))) for name in self.costed}
+        if self.ngram is not None:
+            self._trials[self.ngram.name] = _Trials(1, max(1, iv.get(self.ngram.name, 0)))
         self._context: Sequence[int] = ()
         self._steps = 0
         self._trial: tuple[str, float, float] | None = None
@@ -150,10 +166,11 @@ class AdaptivePolicy:
         drafters began the request, so the model drafter's prompt prefill is measured too
         (the only large batch it decodes before its first catch-up)."""
         self._context = context
-        if self.model is not None:
-            for n, sec in self.model.decode_log:
-                self.state.draft.observe(n, sec)
-            self.model.decode_log.clear()
+        for name, d in self.costed.items():
+            cost = self.state.draft_cost(name)
+            for n, sec in d.decode_log:
+                cost.observe(n, sec)
+            d.decode_log.clear()
 
     @staticmethod
     def _ngram_key(n: int) -> str:
@@ -163,16 +180,19 @@ class AdaptivePolicy:
     def _seconds(self, drafter: str, k: int) -> float:
         s = self.state
         t = s.verify.predict(k + 1) + s.overhead
-        if drafter == "model" and k > 0 and self.model is not None:
-            lag = max(1, len(self._context) - self.model.backend.n_past)
-            t += s.draft.predict(lag) + (k - 1) * s.draft.predict(1)
-        elif drafter == "ngram" and k > 0:
+        d = self.costed.get(drafter)
+        if d is not None and k > 0:
+            cost = s.draft_cost(drafter)
+            t += cost.predict(max(1, d.pending(self._context)))
+            if d.sequential:
+                t += (k - 1) * cost.predict(1)
+        elif self.ngram is not None and drafter == self.ngram.name and k > 0:
             t += s.ngram_cost
         return t
 
     def _rates(self, drafter: str, k: int, match_len: int = 0, upper: bool = False) -> list[float]:
         acc = self.state.acceptance
-        if drafter == "ngram":
+        if self.ngram is not None and drafter == self.ngram.name:
             key = self._ngram_key(match_len)
             others = [acc[o] for o in NGRAM_KEYS if o != key]
             a = sum(o.accepted[0] for o in others if o.accepted)
@@ -199,17 +219,20 @@ class AdaptivePolicy:
         s = self.state
         if k_cap <= 0 or not s.verify.known:
             return self._pick("none", 0)
-        model_ok = self.model is not None
-        if model_ok and not s.draft.known:
-            return self._pick("model", min(2, k_cap))  # measure the drafter once
-        cont, n = self.ngram.match(self._context, k_cap) if self._context else ((), 0)
+        for name in self.costed:
+            if not s.draft_cost(name).known:
+                return self._pick(name, min(2, k_cap))  # measure each drafter once
+        lookup = self.ngram.name if self.ngram is not None else ""
+        cont, n = self.ngram.match(self._context, k_cap) if self.ngram is not None and self._context else ((), 0)
         options = [_Option("none", 0, 1.0, self._seconds("none", 0))]
-        if model_ok:
-            options += self._options("model", k_cap)
+        for name in self.costed:
+            options += self._options(name, k_cap)
         if cont:
-            options += self._options("ngram", len(cont), n)
+            options += self._options(lookup, len(cont), n)
         best = max(options, key=lambda o: o.rate)
-        available = {"model": model_ok, "ngram": bool(cont)}
+        available = {name: True for name in self.costed}
+        if self.ngram is not None:
+            available[lookup] = bool(cont)
         for name, tr in self._trials.items():
             if not available[name]:
                 continue
@@ -218,11 +241,12 @@ class AdaptivePolicy:
                 s.intervals[name] = tr.interval
             tr.since = 0 if best.drafter == name else tr.since + 1
         choice, why = best, "best"
-        for name in ("ngram", "model"):
+        # prompt lookup first: its trials cost only the larger verify batch
+        for name in sorted(self._trials, key=lambda nm: nm != lookup):
             tr = self._trials[name]
             if best.drafter == name or not available[name] or tr.since < tr.interval:
                 continue
-            hopes = self._options(name, len(cont) if name == "ngram" else k_cap, n, upper=True)
+            hopes = self._options(name, len(cont) if name == lookup else k_cap, n, upper=True)
             if max(o.rate for o in hopes) <= best.rate:
                 continue  # even at the optimistic end of its estimate it would not be chosen
             trial = min((o for o in options if o.drafter == name), key=lambda o: self._regret(o, best))
@@ -241,9 +265,9 @@ class AdaptivePolicy:
         return self._pick(choice.drafter, choice.k)
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
-        if name == "model" and self.model is not None:
-            return self.model, k
-        if name == "ngram":
+        if name in self.costed:
+            return self.costed[name], k
+        if self.ngram is not None and name == self.ngram.name:
             return self.ngram, k
         return self.none, 0
 
@@ -262,12 +286,15 @@ class AdaptivePolicy:
             self._trials[name].judge(k > 0 and num_accepted >= expected)
             s.intervals[name] = self._trials[name].interval
         s.verify.observe(k + 1, t_verify_s)
-        if drafter == "model" and self.model is not None:
-            for n, sec in self.model.decode_log:
-                s.draft.observe(n, sec)
-        if drafter == "ngram":
+        d = self.costed.get(drafter)
+        if d is not None:
+            cost = s.draft_cost(drafter)
+            for n, sec in d.decode_log:
+                cost.observe(n, sec)
+        is_lookup = self.ngram is not None and drafter == self.ngram.name
+        if is_lookup:
             s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
-        key = self._ngram_key(self.ngram.last_match) if drafter == "ngram" else drafter
+        key = self._ngram_key(self.ngram.last_match) if is_lookup and self.ngram is not None else drafter
         if k > 0 and key in s.acceptance:
             s.acceptance[key].observe(k, num_accepted)
 

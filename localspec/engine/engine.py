@@ -23,11 +23,10 @@ from functools import partial
 from localspec.engine.acceptance import Acceptor
 from localspec.engine.adaptive import AdaptivePolicy, PolicyState
 from localspec.engine.backend import ModelBackend
-from localspec.engine.drafters import ModelDrafter, NoDrafter
+from localspec.engine.drafters import Drafter, NoDrafter, offered
 from localspec.engine.generation import Generation
 from localspec.engine.loop import StepLoop
 from localspec.engine.metrics import SpecStats
-from localspec.engine.drafters.ngram import PromptLookupDrafter
 from localspec.engine.policy import DraftPolicy, FixedPolicy
 from localspec.engine.request import Limits, PreparedRequest, chat_text, prepare
 from localspec.errors import EngineBusyError, InvalidRequestError
@@ -83,8 +82,8 @@ class Engine:
             raise
         n_vocab = self.target.n_vocab if self.draft is None else min(self.target.n_vocab, self.draft.n_vocab)
         self._acceptor = Acceptor(get_backend(kernel), n_vocab)
-        self._model_drafter = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
-        self._ngram = PromptLookupDrafter()
+        self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab)
+        """The drafters this engine offers, by name (`GenerationRequest.drafter`)."""
         self.default_gamma = gamma
         self.check_invariants = check_invariants or bool(os.environ.get("LOCALSPEC_CHECK_INVARIANTS"))
         self._lock = threading.Lock()
@@ -114,7 +113,7 @@ class Engine:
     def limits(self) -> Limits:
         """What requests are checked against (context, default γ, whether a drafter model exists)."""
         return Limits(n_ctx=self.target.n_ctx, default_gamma=self.default_gamma,
-                      has_draft_model=self.draft is not None)
+                      drafters=frozenset(self.drafters))
 
     def render_chat(self, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True) -> str:
         """The target's chat template applied to `messages`."""
@@ -179,13 +178,12 @@ class Engine:
             if state is None:
                 # acceptance differs between greedy and sampled decoding; the costs are the hardware's
                 other = next(iter(self._policy_states.values()), None)
-                state = PolicyState(verify=other.verify, draft=other.draft) if other else PolicyState()
+                state = PolicyState(verify=other.verify, drafts=other.drafts) if other else PolicyState()
                 self._policy_states[request.params.greedy] = state
-            return AdaptivePolicy(self._model_drafter, self._ngram, gamma, request.params, state)
-        if kind == "model":
-            if self._model_drafter is None:
-                raise InvalidRequestError("drafter 'model' needs a draft model (-md)", param="drafter")
-            return FixedPolicy(self._model_drafter, gamma)
-        if kind == "ngram":
-            return FixedPolicy(self._ngram, gamma)
-        return FixedPolicy(NoDrafter(), 0)
+            return AdaptivePolicy(list(self.drafters.values()), gamma, request.params, state)
+        if kind == "none":
+            return FixedPolicy(NoDrafter(), 0)
+        drafter = self.drafters.get(kind)
+        if drafter is None:  # prepare() checked it against the same drafters
+            raise InvalidRequestError(f"drafter {kind!r} is not available for the loaded models", param="drafter")
+        return FixedPolicy(drafter, gamma)

@@ -31,8 +31,8 @@ class Limits:
     """The target's context window in tokens."""
     default_gamma: int
     """γ when the request gives none."""
-    has_draft_model: bool
-    """Whether the `model` drafter exists."""
+    drafters: frozenset[str] = frozenset({"ngram"})
+    """Names of the drafters the engine offers (besides "none" and "adaptive")."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +104,14 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
         raise InvalidRequestError(
             f"drafter must be one of {', '.join(DRAFTER_KINDS)}, got {r.drafter!r}", param="drafter"
         )
-    if r.drafter == "model" and not limits.has_draft_model:
+    if r.drafter not in ("none", "adaptive") and r.drafter not in limits.drafters:
+        if r.drafter == "model":
+            raise InvalidRequestError(
+                "drafter 'model' needs a draft model: load one with -md/--model-draft", param="drafter"
+            )
         raise InvalidRequestError(
-            "drafter 'model' needs a draft model: load one with -md/--model-draft", param="drafter"
+            f"drafter {r.drafter!r} is not available for the loaded models "
+            f"(available: {', '.join(sorted(limits.drafters | {'none', 'adaptive'}))})", param="drafter"
         )
     gamma = limits.default_gamma if r.gamma is None else r.gamma
     if not _is_int(gamma) or not 0 <= gamma <= MAX_GAMMA:

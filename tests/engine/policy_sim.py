@@ -152,7 +152,7 @@ def simulate(
         backend = FakeBackend()
         model = ModelDrafter(backend) if world.has_model else None
         lookup = ScriptedLookup()
-        policy = AdaptivePolicy(model, lookup, max_gamma, params, state)
+        policy = AdaptivePolicy([d for d in (model, lookup) if d is not None], max_gamma, params, state)
         context = [0] * 64  # the prompt
         backend.tokens = [0] * 63  # the drafter has read it but its last token
         if model is not None:

@@ -196,7 +196,7 @@ class TestOneAtATime:
 class TestPrepare:
     def test_prepare_needs_only_a_tokenizer_and_limits(self) -> None:
         tok = FakeBackend(SCRIPT)
-        limits = Limits(n_ctx=128, default_gamma=3, has_draft_model=False)
+        limits = Limits(n_ctx=128, default_gamma=3)
         p = prepare(GenerationRequest(messages=(ChatMessage("user", "hi"),), max_tokens=500), tok, limits)
         assert bytes(p.prompt_tokens).decode() == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         assert p.gamma == 3 and p.max_tokens == 128 - len(p.prompt_tokens)

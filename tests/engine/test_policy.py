@@ -20,7 +20,7 @@ def _state(t1: float, slope: float, draft_per_token: float, alpha: float, weight
     s = PolicyState()
     for n in (1, 3, 5, 9):
         s.verify.observe(n, t1 + slope * (n - 1))
-        s.draft.observe(n, draft_per_token * (1 + 0.1 * (n - 1)))
+        s.draft_cost("model").observe(n, draft_per_token * (1 + 0.1 * (n - 1)))
     for name in ("model", "ngram2", "ngram3", "ngram4"):
         acc = Acceptance(alpha)
         acc.reached = [weight] * 16
@@ -31,7 +31,7 @@ def _state(t1: float, slope: float, draft_per_token: float, alpha: float, weight
 
 def _policy(state: PolicyState, context: list[int] | None = None, probe_every: int = 1000) -> AdaptivePolicy:
     drafter = ModelDrafter(FakeBackend())
-    p = AdaptivePolicy(drafter, PromptLookupDrafter(), 8, GREEDY, state, probe_every=probe_every)
+    p = AdaptivePolicy([drafter, PromptLookupDrafter()], 8, GREEDY, state, probe_every=probe_every)
     ctx = context if context is not None else [1, 2, 3]
     drafter.backend.tokens = list(ctx[:-1])  # drafter in sync: lag 1
     p.bind(ctx)
@@ -86,6 +86,7 @@ def test_ngram_drafts_deep_after_single_token_hits() -> None:
     state.acceptance["ngram4"] = acc
     state.ngram_cost = 1e-5
     p = _policy(state, context)
+    assert p.ngram is not None
     p.ngram.begin(context)
     drafter, k = p.choose(8)
     assert drafter.name == "ngram" and k >= 4
@@ -115,6 +116,7 @@ def test_ngram_chosen_when_the_context_repeats() -> None:
     state.acceptance["ngram3"].accepted = [200 * 0.95] * 16
     state.ngram_cost = 1e-5
     p = _policy(state, context)
+    assert p.ngram is not None
     p.ngram.begin(context)
     drafter, k = p.choose(8)
     assert drafter.name == "ngram" and 1 <= k <= 8
@@ -235,3 +237,62 @@ def test_verify_cost_never_falls_with_batch_size() -> None:
     ratios = [c.ratio(n) for n in range(1, 10)]
     assert ratios == sorted(ratios) and ratios[0] == 1.0
     assert c.ratio(5) == pytest.approx(2.5) and c.ratio(9) >= c.ratio(5)
+
+
+class _HeadDrafter:
+    """A drafter the policy has never heard of: a cheap head drafting a whole block in one call
+    (like DFlash), or a chain of cheap calls (like an EAGLE head) with `sequential`."""
+
+    kv_cache = None
+
+    def __init__(self, name: str, sequential: bool, prior: float = 0.8) -> None:
+        self.name, self.sequential, self.prior_acceptance = name, sequential, prior
+        self.decode_log: list[tuple[int, float]] = []
+
+    def begin(self, context: list[int]) -> None:
+        """Nothing to prepare."""
+
+    def propose(self, context, k, params, rng, p_min=0.0):  # type: ignore[no-untyped-def]
+        raise AssertionError("the policy only chooses")
+
+    def observe(self, context: list[int]) -> None:
+        """Nothing to follow."""
+
+    def pending(self, context: list[int]) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_any_drafter_is_chosen_through_its_interface(sequential: bool) -> None:
+    """A third drafter, cheap and accurate, beats the costly model drafter on CPU costs; the
+    policy learns its cost from `decode_log` like any other (first choice: measure it)."""
+    state = _state(0.077, 0.024, 0.044, 0.6)
+    head = _HeadDrafter("head", sequential)
+    acc = Acceptance(0.9)
+    acc.reached, acc.accepted = [200 / 0.3] * 16, [200 * 0.9 / 0.3] * 16
+    state.acceptance["head"] = acc
+    model = ModelDrafter(FakeBackend())
+    model.backend.tokens = [1, 2]
+    p = AdaptivePolicy([model, PromptLookupDrafter(), head], 8, GREEDY, state)
+    p.bind([1, 2, 3])
+    drafter, k = p.choose(8)
+    assert drafter is head and k == 2  # unmeasured: measure it once
+    head.decode_log = [(1, 0.077 * 0.05)]
+    p.observe("head", 2, 2, 0.077 * 0.05, 0.077 + 0.048)
+    drafter, k = p.choose(8)
+    assert drafter is head and k >= 3
+    # its cost is the one it reported: a block costs one call, a chain one call per token
+    one_call = state.draft_cost("head").predict(1)
+    extra = p._seconds("head", 6) - p._seconds("head", 1) - (state.verify.predict(7) - state.verify.predict(2))
+    assert extra == pytest.approx(5 * one_call if sequential else 0.0, abs=1e-12)
+
+
+def test_a_policy_without_prompt_lookup_or_model() -> None:
+    """Only the head: the policy must not need a model drafter or prompt lookup."""
+    state = _state(0.020, 0.0003, 0.002, 0.85)
+    head = _HeadDrafter("head", True, prior=0.85)
+    head.decode_log = [(1, 0.001)]
+    p = AdaptivePolicy([head], 8, GREEDY, state)
+    p.bind([1, 2, 3])
+    drafter, k = p.choose(8)
+    assert drafter is head and k >= 5

@@ -62,7 +62,7 @@ def main() -> int:
             log.info("costs (%s): t1 %.1f ms, b(n rows) %s, drafter 1 token %.1f ms, 8 tokens %.1f ms, credit %.1f ms",
                      "greedy" if greedy else "sampled", v.t1 * 1e3,
                      {n: round(v.ratio(n), 2) for n in range(2, args.gamma + 2)},
-                     state.draft.predict(1) * 1e3, state.draft.predict(8) * 1e3, state.credit * 1e3)
+                     state.draft_cost("model").predict(1) * 1e3, state.draft_cost("model").predict(8) * 1e3, state.credit * 1e3)
     finally:
         engine.close()
     return 0

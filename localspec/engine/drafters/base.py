@@ -33,9 +33,20 @@ EMPTY = DraftProposal(())
 
 
 class Drafter(Protocol):
-    """Proposes draft tokens and follows the committed context."""
+    """Proposes draft tokens and follows the committed context.
+
+    Besides drafting, a drafter tells the adaptive policy what it costs: `decode_log` holds
+    (tokens, seconds) of each decode call of its last `begin`/`propose`; `pending(context)` how
+    many tokens it must evaluate before it can draft; `sequential` whether every draft token
+    after the first costs one more call (chain drafting) or the whole block comes from one
+    call; `prior_acceptance` the per-position acceptance to assume before any is measured.
+    """
 
     name: str
+    """The mechanism, as stats and `--drafter` name it ("model", "ngram", ...)."""
+    prior_acceptance: float
+    sequential: bool
+    decode_log: list[tuple[int, float]]
 
     @property
     def kv_cache(self) -> KVCache | None:
@@ -57,12 +68,21 @@ class Drafter(Protocol):
         any, has already been rolled back to it)."""
         ...
 
+    def pending(self, context: Sequence[int]) -> int:
+        """Tokens of `context` it must evaluate before it can draft the next token."""
+        ...
+
 
 class NoDrafter:
     """Plain decoding: never drafts."""
 
     name = "none"
     kv_cache: KVCache | None = None
+    prior_acceptance = 0.0
+    sequential = False
+
+    def __init__(self) -> None:
+        self.decode_log: list[tuple[int, float]] = []
 
     def begin(self, context: Sequence[int]) -> None:
         """Nothing to prepare."""
@@ -75,3 +95,7 @@ class NoDrafter:
 
     def observe(self, context: Sequence[int]) -> None:
         """Nothing to follow."""
+
+    def pending(self, context: Sequence[int]) -> int:
+        """Nothing to evaluate."""
+        return 0

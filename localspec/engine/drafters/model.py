@@ -24,6 +24,9 @@ class ModelDrafter:
     """
 
     name = "model"
+    prior_acceptance = 0.7
+    sequential = True
+    """One decode call per draft token after the first."""
 
     def __init__(self, backend: ModelBackend, n_vocab: int | None = None) -> None:
         self.backend = backend
@@ -88,3 +91,7 @@ class ModelDrafter:
 
     def observe(self, context: Sequence[int]) -> None:
         """Nothing to do: the engine has already dropped the rejected drafts from its cache."""
+
+    def pending(self, context: Sequence[int]) -> int:
+        """Committed tokens its cache lacks (at least the last one, which each proposal evaluates)."""
+        return max(1, len(context) - self.backend.n_past)

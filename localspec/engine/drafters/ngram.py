@@ -19,6 +19,8 @@ class PromptLookupDrafter:
     name = "ngram"
     kv_cache: KVCache | None = None
     """None: prompt lookup keeps no KV cache."""
+    prior_acceptance = 0.5
+    sequential = False
 
     def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
         if not 1 <= n_min <= n_max:
@@ -31,6 +33,8 @@ class PromptLookupDrafter:
         """Ends j < _indexed are in the index."""
         self.last_match = 0
         """Matched suffix length of the last proposal."""
+        self.decode_log: list[tuple[int, float]] = []
+        """Always empty: prompt lookup decodes nothing."""
 
     def begin(self, context: Sequence[int]) -> None:
         """Start a new request: index its prompt."""
@@ -83,3 +87,7 @@ class PromptLookupDrafter:
         tokens, n = self.match(context, k)
         self.last_match = n
         return DraftProposal(tokens, None, self.name) if tokens else EMPTY
+
+    def pending(self, context: Sequence[int]) -> int:
+        """Nothing to evaluate: the index follows the context in `observe`."""
+        return 0
