@@ -81,6 +81,16 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """What the output must match, enforced by token masks (engine/constraint.py)."""
+
+    kind: str
+    """`json_object` (any JSON object), `json_schema` (`source` is the schema as JSON text) or
+    `lark` (`source` is a Lark grammar, llguidance's dialect)."""
+    source: str | None = None
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """One generation. Exactly one of `prompt` (raw text) or `messages` (chat) is set."""
 
@@ -103,6 +113,8 @@ class GenerationRequest:
     """Model drafter stops drafting when its own probability of a token is below this (`--spec-draft-p-min`)."""
     add_generation_prompt: bool = True
     """For `messages`: end the rendered chat with the assistant header."""
+    constraint: Constraint | None = None
+    """Output grammar (JSON object / JSON schema / Lark); None = free text."""
 
 
 @dataclass(frozen=True)

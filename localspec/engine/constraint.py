@@ -116,7 +116,8 @@ class Guide(Protocol):
         ...
 
     def push(self, token: int) -> bool:
-        """Advance the cursor by one drafted token; False (and no move) if the grammar refuses it."""
+        """Advance the cursor by one drafted token; False (and no move) if the grammar refuses
+        it or it ends the generation (the target emits the end itself)."""
         ...
 
 
@@ -150,6 +151,7 @@ class GrammarCursor:
         if self._m.is_error():
             raise InvalidRequestError(f"the grammar does not compile: {self._m.get_error()}", param="response_format")
         self.n_vocab = n_vocab
+        self._eos = frozenset(tokenizer.eos_tokens)
         width = (tokenizer.vocab_size + 31) // 32
         self._masks = _Masks(np.zeros((max_depth + 1, width), dtype=np.int32),
                              np.zeros((max_depth + 1, width * 32), dtype=np.bool_), [False] * (max_depth + 1))
@@ -191,6 +193,8 @@ class GrammarCursor:
     def push(self, token: int) -> bool:
         """Advance by one drafted token if the grammar allows it (checked on its mask)."""
         if self.depth + 1 >= len(self._masks.ready) or not 0 <= token < self.n_vocab or not self.allowed()[token]:
+            return False
+        if token in self._eos:  # never draft the end: the target emits it itself (no empty rows after it)
             return False
         if not self._m.consume_token(token):
             raise AssertionError(f"llguidance refused an allowed token {token}: {self._m.get_error()}")

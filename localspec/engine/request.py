@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from localspec.engine.backend import Tokenizer
 from localspec.engine.chat import render_chat
+from localspec.engine.constraint import compile_grammar
 from localspec.errors import ContextOverflowError, InvalidRequestError
 from localspec.types import (
     DRAFTER_KINDS,
@@ -49,6 +50,8 @@ class PreparedRequest:
     """One of DRAFTER_KINDS."""
     gamma: int
     p_min: float
+    grammar: str | None = None
+    """The compiled llguidance grammar the output must match (engine/constraint.py), or None."""
 
 
 def prompt_text(tokenizer: Tokenizer, request: GenerationRequest) -> str:
@@ -119,6 +122,7 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
     stop = tuple(r.stop)
     if len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) for s in stop):
         raise InvalidRequestError(f"stop must be at most {MAX_STOP_STRINGS} strings", param="stop")
+    grammar = None if r.constraint is None else compile_grammar(r.constraint)
     tokens = tokenizer.tokenize(prompt_text(tokenizer, r), add_special=True, parse_special=True)
     if not tokens:
         raise InvalidRequestError("the prompt is empty after tokenization", param="prompt")
@@ -136,4 +140,5 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
         drafter=r.drafter,
         gamma=gamma,
         p_min=p_min,
+        grammar=grammar,
     )
