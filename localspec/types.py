@@ -72,12 +72,28 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A function call an assistant turn made (OpenAI's `tool_calls[i]`)."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments as JSON text."""
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     """One chat turn."""
 
     role: str
     """system, user, assistant (or tool)."""
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    """For assistant turns: the calls it made."""
+    tool_call_id: str | None = None
+    """For tool turns: the call this is the result of."""
+    name: str | None = None
+    """For tool turns: the function's name."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,9 @@ class GenerationRequest:
     """For `messages`: end the rendered chat with the assistant header."""
     constraint: Constraint | None = None
     """Output grammar (JSON object / JSON schema / Lark); None = free text."""
+    tools: str | None = None
+    """For `messages`: the tools offered, as the JSON text of OpenAI's `tools` list (rendered
+    by the chat template's `tools` variable)."""
 
 
 @dataclass(frozen=True)

@@ -119,9 +119,15 @@ class Engine:
         return Limits(n_ctx=self.target.n_ctx, default_gamma=self.default_gamma,
                       drafters=frozenset(self.drafters))
 
-    def render_chat(self, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True) -> str:
-        """The target's chat template applied to `messages`."""
-        return chat_text(self.target, messages, add_generation_prompt)
+    def render_chat(self, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True,
+                    tools: list[dict[str, Any]] | None = None) -> str:
+        """The target's chat template applied to `messages` (and `tools`)."""
+        return chat_text(self.target, messages, add_generation_prompt, tools)
+
+    @property
+    def chat_template(self) -> str | None:
+        """The target's GGUF chat template (None: ChatML is used)."""
+        return self.target.chat_template
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` under the target's tokenizer (special tokens parsed)."""
