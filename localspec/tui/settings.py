@@ -25,6 +25,8 @@ class ChatSettings:
     max_tokens: int = 512
     show_accepted: bool = True
     """Colour the tokens that came from accepted drafts in the transcript."""
+    json_schema: str | None = None
+    """Every reply must match this JSON schema (its JSON text; `tui --json-schema FILE`)."""
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTER_KINDS:
