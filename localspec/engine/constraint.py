@@ -157,7 +157,7 @@ class GrammarCursor:
                              np.zeros((max_depth + 1, width * 32), dtype=np.bool_), [False] * (max_depth + 1))
         self.depth = 0
         self.mask_seconds = 0.0
-        """Cumulative seconds computing masks (for stats)."""
+        """Cumulative seconds computing masks and applying them to logits (for stats)."""
         self.num_masks = 0
 
     # -- masks ----------------------------------------------------------------------
@@ -179,7 +179,11 @@ class GrammarCursor:
 
     def mask_row(self, row: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """A copy of `row` with refused tokens at -inf."""
-        return np.where(self.allowed()[: row.shape[0]], row, np.float32(-np.inf)).astype(np.float32, copy=False)
+        allowed = self.allowed()[: row.shape[0]]
+        t0 = time.perf_counter()
+        out = np.where(allowed, row, np.float32(-np.inf)).astype(np.float32, copy=False)
+        self.mask_seconds += time.perf_counter() - t0
+        return out
 
     def mask_rows(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """A masked copy of verify logits [k+1, V]: row i under the mask after i pushed drafts."""
@@ -187,7 +191,10 @@ class GrammarCursor:
         assert k1 == self.depth + 1, (k1, self.depth)
         for d in range(k1):
             self.allowed(d)
-        return np.where(self._masks.bools[:k1, :v], logits, np.float32(-np.inf)).astype(np.float32, copy=False)
+        t0 = time.perf_counter()
+        out = np.where(self._masks.bools[:k1, :v], logits, np.float32(-np.inf)).astype(np.float32, copy=False)
+        self.mask_seconds += time.perf_counter() - t0
+        return out
 
     # -- moves ----------------------------------------------------------------------
     def push(self, token: int) -> bool:

@@ -154,4 +154,6 @@ class StepLoop:
             s.t_decode_target_s = self.target.t_decode_s - self._dec_t0
             if self._draft_model is not None:
                 s.t_decode_draft_s = self._draft_model.t_decode_s - self._dec_d0
+        if self.guide is not None:
+            s.t_mask_s, s.num_masks = self.guide.mask_seconds, self.guide.num_masks
         return self.emitter.final(reason, source, self.num_steps)
