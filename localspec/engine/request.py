@@ -86,6 +86,27 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_text(r: GenerationRequest) -> None:
+    """Every string must be encodable as UTF-8: JSON may carry lone surrogates ("\\ud800"),
+    which no tokenizer can encode."""
+    fields: list[tuple[str, object]] = [("prompt", r.prompt)]
+    for i, m in enumerate(r.messages or ()):
+        fields += [(f"messages.{i}.role", m.role), (f"messages.{i}.content", m.content),
+                   (f"messages.{i}.tool_call_id", m.tool_call_id), (f"messages.{i}.name", m.name)]
+        fields += [(f"messages.{i}.tool_calls", t) for c in m.tool_calls for t in (c.id, c.name, c.arguments)]
+    fields += [(f"stop.{i}", s) for i, s in enumerate(r.stop)]
+    fields += [("tools", r.tools), ("response_format", r.constraint.source if r.constraint else None)]
+    for name, value in fields:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidRequestError(
+                    f"{name} is not valid Unicode text (a lone surrogate at position {exc.start}); "
+                    "send UTF-8 text", param=name.split(".")[0]
+                ) from None
+
+
 def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) -> PreparedRequest:
     """Validate `request` (InvalidRequestError names the field; ContextOverflowError when the
     prompt does not fit) and tokenize its prompt."""
@@ -126,6 +147,7 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
     stop = tuple(r.stop)
     if len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) for s in stop):
         raise InvalidRequestError(f"stop must be at most {MAX_STOP_STRINGS} strings", param="stop")
+    _check_text(r)
     if r.tools is not None:
         if r.messages is None:
             raise InvalidRequestError("tools need messages (a chat), not a raw prompt", param="tools")
