@@ -6,8 +6,10 @@ Loads the offline Qwen2.5-Coder target's tokenizer (151,936 token ids), compiles
 schema with nested objects (the `invoice` row of models/prompts/json_schema.jsonl), and walks
 a valid answer token by token: for each engine it times compile, then for every token the
 mask computation (the whole vocabulary) and the advance. Engines that are not installed
-are reported as such. xgrammar needs transformers at import; give its location with
-PYTHONPATH if it is not in the venv.
+are reported as such. Only llguidance is a localspec dependency; the run in
+docs/bench/grammar_engines.md had outlines-core 0.2.14 pip-installed into the venv (removed
+afterwards) and xgrammar outside it (`pip install --no-deps --target /tmp/xgr xgrammar==0.2.9
+apache-tvm-ffi transformers tokenizers safetensors regex`, run with `PYTHONPATH=/tmp/xgr`).
 """
 
 from __future__ import annotations

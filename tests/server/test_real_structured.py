@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from localspec.engine import Engine, ModelSpec
+from localspec.server.protocol import ChatCompletionRequest
 from tests.server.conftest import LiveServer, live_server
 
 pytestmark = pytest.mark.models
@@ -150,8 +151,15 @@ def test_tool_history_round_trips(qwen_server: LiveServer) -> None:
                {"role": "tool", "tool_call_id": call.tool_calls[0].id, "content": '{"temperature": 18, "sky": "clear"}'}]
     answer = client.chat.completions.create(model="qwen", messages=history, tools=[WEATHER], max_tokens=60,
                                             temperature=0)
-    assert answer.choices[0].finish_reason in ("stop", "length")
-    assert "18" in (answer.choices[0].message.content or "")
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    # what the server rendered: the call and its result in the GGUF template's own syntax
+    req = ChatCompletionRequest.model_validate({"messages": history, "tools": [WEATHER]})
+    greq = req.to_generation_request(n_ctx=2048, chat_template=qwen_server.engine.chat_template)
+    prompt = qwen_server.engine.render_chat(greq.messages or (), tools=[WEATHER])
+    args = json.loads(call.tool_calls[0].function.arguments)
+    assert f'<tool_call>\n{{"name": "get_weather", "arguments": {json.dumps(args)}}}\n</tool_call>' in prompt
+    assert '<tool_response>\n{"temperature": 18, "sky": "clear"}\n</tool_response>' in prompt
+    assert answer.usage.prompt_tokens == len(qwen_server.engine.tokenize(prompt))
 
 
 def test_model_without_tool_template_is_a_400_naming_it(smol_engine: object) -> None:
