@@ -164,7 +164,7 @@ def _rpc_reg() -> int:
     if not reg:
         raise ModelLoadError(
             "this llama.cpp build has no RPC backend; rebuild it with RPC: "
-            "`LLAMA_CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF -DGGML_RPC=ON\" make setup`"
+            "`make setup` (its default flags include -DGGML_RPC=ON; add it to a custom LLAMA_CMAKE_ARGS)"
         )
     return int(reg)
 
