@@ -1,7 +1,7 @@
 """Measure what RPC workers cost: the offline Qwen target local vs its layers on loopback
 `localspec worker` processes (the drafter local), side by side in one run.
 
-    python tests/engine/measure_rpc.py [--workers 2] [--tokens 64] [--out docs/bench/rpc.md]
+    python tests/engine/measure_rpc.py [--workers 2] [--worker-threads 1] [--tokens 64] [--out FILE]
 
 Reports the latency of one target forward (1 row and γ+1 rows) local and over RPC, and
 tok/s and AL of plain decoding, the model drafter and prompt lookup at γ = 2, 4 on two
@@ -86,6 +86,7 @@ def run_arms(engine: Engine, tokens: int) -> dict[str, tuple[float, float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--worker-threads", type=int, default=1)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -98,7 +99,7 @@ def main() -> int:
         results["local"] = run_arms(local, args.tokens)
     finally:
         local.close()
-    workers = [start_worker(threads=1) for _ in range(args.workers)]
+    workers = [start_worker(threads=args.worker_threads) for _ in range(args.workers)]
     try:
         remote = Engine(ModelSpec(str(target), n_ctx=1024, n_gpu_layers=-1, rpc=tuple(e for _, e in workers)),
                         ModelSpec(str(draft), n_ctx=1024))
@@ -112,7 +113,8 @@ def main() -> int:
             proc.terminate()
     lines = [
         f"Qwen2.5-Coder 1.5B target (0.5B drafter local), {args.tokens} tokens × {len(PROMPTS)} prompts, "
-        f"{args.workers} loopback workers with 1 thread each; local target with 2 threads.",
+        f"{args.workers} loopback worker(s) with {args.worker_threads} thread(s) each; local target with "
+        "all physical cores.",
         "",
         "| target forward (median ms) | 1 row | 3 rows | 5 rows |",
         "|---|---:|---:|---:|",
