@@ -60,6 +60,8 @@ class ModelSpec:
     """Flash attention (`-fa`); None = llama.cpp's automatic choice."""
     numerics: str = "exact"
     """One of NUMERICS_MODES (`--numerics`)."""
+    rpc: tuple[str, ...] = ()
+    """RPC workers ("host:port") that take the offloaded layers instead of a local GPU (`--rpc`)."""
     name: str | None = None
     """Display name; defaults to the file name."""
 

@@ -52,6 +52,7 @@ def generate(
     threads: int | None = opt.THREADS,
     flash_attn: bool | None = opt.FLASH_ATTN,
     numerics: str = opt.NUMERICS,
+    rpc: str | None = opt.RPC,
     kernel: str | None = opt.KERNEL,
     gamma: int | None = opt.GAMMA,
 ) -> None:
@@ -61,7 +62,7 @@ def generate(
     constraint = schema_constraint(json_schema) if json_schema is not None else None
     engine = opt.ModelFlags(
         model=model, model_draft=model_draft, n_gpu_layers=ngl, n_gpu_layers_draft=ngld, ctx_size=ctx,
-        threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel, gamma=gamma,
+        threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel, gamma=gamma,
     ).build_engine()
     try:
         if chat:

@@ -26,6 +26,7 @@ def tui_command(
     threads: int | None = opt.THREADS,
     flash_attn: bool | None = opt.FLASH_ATTN,
     numerics: str = opt.NUMERICS,
+    rpc: str | None = opt.RPC,
     kernel: str | None = opt.KERNEL,
     draft_n_max: int | None = opt.GAMMA,
     temp: Annotated[float, typer.Option("--temp", help="Sampling temperature (0 = greedy).")] = 0.0,
@@ -40,7 +41,7 @@ def tui_command(
 
     flags = opt.ModelFlags(
         model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel,
         gamma=draft_n_max,
     )
     # nothing given: the app loads the default pair itself (or opens the models screen)
@@ -48,6 +49,7 @@ def tui_command(
     settings = TuiSettings(
         target=target, draft=draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
         n_ctx=ctx_size, n_threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+        rpc=opt.parse_rpc(rpc),
         chat=ChatSettings(temperature=temp, seed=seed, gamma=draft_n_max, json_schema=schema),
     )
     make_app(settings=settings).run()

@@ -55,6 +55,8 @@ class TuiSettings:
     """How the models compute (`--numerics`), one of NUMERICS_MODES; the settings dialog changes it."""
     kernel: str | None = None
     """Acceptance backend; None = LOCALSPEC_KERNEL or auto."""
+    rpc: tuple[str, ...] = ()
+    """RPC workers for the target's offloaded layers (`--rpc`)."""
     auto_load: bool = True
     """Load `target`/`draft` (or the default pair) at start when no engine is given."""
     added_paths: tuple[str, ...] = ()
