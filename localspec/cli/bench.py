@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
         threads: int | None = opt.THREADS,
         flash_attn: bool | None = opt.FLASH_ATTN,
         numerics: str = opt.NUMERICS,
+    rpc: str | None = opt.RPC,
         kernel: str | None = opt.KERNEL,
     ) -> None:
         """Measure acceptance length, tok/s and speedup per category and γ; estimate α, c, b(γ) and the best γ."""
@@ -134,7 +135,7 @@ def register(app: typer.Typer) -> None:
 
         flags = opt.ModelFlags(
             model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-            ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+            ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel,
             gamma=max(gammas),
         )
         target_path, draft_path = flags.pair_paths()

@@ -28,6 +28,7 @@ def serve_command(
     threads: int | None = opt.THREADS,
     flash_attn: bool | None = opt.FLASH_ATTN,
     numerics: str = opt.NUMERICS,
+    rpc: str | None = opt.RPC,
     kernel: str | None = opt.KERNEL,
     draft_n_max: int | None = opt.GAMMA,
     alias: Annotated[str | None, typer.Option("--alias", help="Model id clients use (default: the target's name).")] = None,
@@ -48,7 +49,7 @@ def serve_command(
 
     flags = opt.ModelFlags(
         model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel,
         gamma=draft_n_max,
     )
     flags.pair_paths()  # usage errors before any settings or weights

@@ -27,6 +27,7 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from localspec.engine.llama import rpc
 from localspec.engine.numerics import TILED_MM_ENV, NumericsPlan, plan_numerics
 from localspec.errors import ContextOverflowError, DecodeError, ModelLoadError, ModelNotFoundError
 from localspec.hardware import cpu_has_amx
@@ -107,8 +108,10 @@ def numerics_plan(numerics: str, *, on_gpu: bool, flash_attn: bool | None) -> Nu
 
 
 def gpu_offload_supported() -> bool:
-    """True when this llama.cpp build can offload layers to a GPU."""
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """True when this machine has a GPU this llama.cpp build can offload layers to. Not
+    llama_supports_gpu_offload(): a build with the RPC backend says true without a GPU."""
+    _ensure_backend()
+    return rpc.has_local_gpu()
 
 
 def _ext() -> Any:
@@ -147,7 +150,11 @@ class LlamaCppBackend:
         self.name = spec.display_name
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = spec.n_gpu_layers if spec.n_gpu_layers >= 0 else 999
-        on_gpu = spec.n_gpu_layers != 0 and gpu_offload_supported()
+        self._devices = self._offload_devices(spec)
+        if self._devices is not None:
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        # RPC workers run localspec's CPU backend (`localspec worker`): CPU numerics
+        on_gpu = spec.n_gpu_layers != 0 and not spec.rpc and gpu_offload_supported()
         plan = numerics_plan(spec.numerics, on_gpu=on_gpu, flash_attn=spec.flash_attn)
         if plan.mode != spec.numerics:
             log.warning("%s: exact numerics cannot be ensured here (%s); running as 'fast': greedy "
@@ -231,6 +238,19 @@ class LlamaCppBackend:
                 self._eog[t] = True
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         self._chat_template = tmpl.decode("utf-8", "replace") if tmpl else None
+
+    @staticmethod
+    def _offload_devices(spec: ModelSpec) -> ctypes.Array[ctypes.c_void_p] | None:
+        """The NULL-terminated device list for llama_model_params: the RPC workers of `spec`;
+        a model without `rpc` in a process that registered workers gets the local GPUs only
+        (llama.cpp would otherwise offload to every registered device); None: llama.cpp's default."""
+        if spec.rpc:
+            handles = rpc.connect(spec.rpc)
+        elif rpc.any_connected():
+            handles = rpc.local_gpu_handles()
+        else:
+            return None
+        return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
 
     # -- KV cache -------------------------------------------------------------------
     @property
