@@ -24,7 +24,7 @@ from localspec.engine.fake import FakeBackend
 from localspec.engine.llama.backend import RS_SNAPSHOTS, LlamaCppBackend
 from localspec.errors import InvalidRequestError
 from localspec.kernels.reference import probs_from_logits
-from localspec.types import SamplingParams
+from localspec.types import Constraint, SamplingParams
 
 PROMPTS = ["def fibonacci(n):", "The capital of France is", "SELECT name FROM users WHERE"]
 MAX_TOKENS = 48
@@ -174,6 +174,17 @@ def test_mtp_sampled_pairs_follow_the_target_distribution(mtp_engine: Engine) ->
     obs = np.array([counts.get(c, 0) for c in cells])
     big = exp >= 5
     assert stats.chisquare(np.append(obs[big], obs[~big].sum()), np.append(exp[big], exp[~big].sum())).pvalue > 1e-3
+
+
+@pytest.mark.models
+@pytest.mark.slow
+def test_mtp_under_a_grammar_equals_plain(mtp_engine: Engine) -> None:
+    """Grammar-masked MTP drafts (guided drafter): same tokens as unspeculated masked decoding."""
+    c = Constraint("json_object")
+    _, plain = _run(mtp_engine, "JSON:", max_tokens=24, drafter="none", constraint=c)
+    _, spec = _run(mtp_engine, "JSON:", max_tokens=24, drafter="mtp", gamma=3, constraint=c)
+    assert mtp_engine.last.num_draft_tokens > 0  # type: ignore[attr-defined]
+    assert spec == plain, f"parts at token {first_divergence(plain, spec)}"
 
 
 @pytest.mark.models

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.engine.backend import KVCache, common_prefix_len
+from localspec.engine.constraint import Guide
 from localspec.engine.drafters.base import EMPTY, DraftProposal
 from localspec.kernels.reference import probs_from_logits, sample_from_weights
 from localspec.types import MAX_GAMMA, SamplingParams
@@ -86,10 +87,15 @@ class MtpDrafter:
         if n:
             self.decode_log.append((n, self.head.t_decode_s - t0))
 
+    guided = True
+    """`propose` takes `guide=` (engine/constraint.py): drafts from grammar-masked rows."""
+
     def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+        *, guide: Guide | None = None,
     ) -> DraftProposal:
-        """Greedy or sampled drafts; stops early when its own probability < p_min."""
+        """Greedy or sampled drafts; stops early when its own probability < p_min. With a
+        `guide`, every row is masked by the grammar first and each draft advances it."""
         if k <= 0:
             return EMPTY
         k = min(k, MAX_GAMMA)
@@ -104,6 +110,8 @@ class MtpDrafter:
         tokens: list[int] = []
         try:
             for i in range(k):
+                if guide is not None:
+                    row = guide.mask_row(row)
                 if params.greedy:
                     tok = int(np.argmax(row))
                     if p_min > 0.0:
@@ -116,6 +124,8 @@ class MtpDrafter:
                     if p_min > 0.0 and q[tok] < p_min:
                         break
                     self._rows[i] = row  # the next decode overwrites `row`
+                if guide is not None and not guide.push(tok):
+                    break
                 tokens.append(tok)
                 if i + 1 < k:
                     t0 = h.t_decode_s
