@@ -57,6 +57,14 @@ def _meta(model: object, key: str) -> str | None:
 class HiddenStateDraft:
     """A hidden-state drafter model bound to one loaded target (see the module doc)."""
 
+    _tctx: ctypes.c_void_p
+    _mem: ctypes.c_void_p
+    _pos: ctypes.Array[ctypes.c_int32]
+    _n_kv: int
+    _n_g: int
+    _g: npt.NDArray[np.float32] | None
+    n_batch: int
+
     def __init__(self, path: str, target: LlamaCppBackend, *, n_threads: int | None = None) -> None:
         if not os.path.isfile(path):
             raise ModelNotFoundError(f"drafter file not found: {path}")
