@@ -121,7 +121,7 @@ def test_loads_and_drafts(hidden_engine: tuple[str, Engine]) -> None:
     _, out, st = _run(engine, (ChatMessage("user", QUESTIONS[0]),), max_tokens=24, drafter=kind, gamma=4)
     assert len(out) == 24
     assert st.num_draft_tokens >= 4 * 5  # it drafted at every step
-    assert st.drafter == kind
+    assert st.drafter.startswith(kind) and st.drafter_counts[kind] == st.num_steps
     assert d.decode_log and all(n > 0 and s > 0 for n, s in d.decode_log)
 
 
@@ -150,17 +150,19 @@ def test_sampled_first_token_follows_the_target(hidden_engine: tuple[str, Engine
     """χ² over seeded generations at T>0: the first token of a speculative step (accepted
     draft or residual resample, built from the drafter's q rows) ~ the target's p."""
     kind, engine = hidden_engine
-    params = SamplingParams(temperature=1.5, top_k=6)
+    # a high temperature spreads p and the random drafter's q over many tokens, so drafts are
+    # accepted often enough to exercise both branches (accept, and resample from the residual)
+    params = SamplingParams(temperature=3.0)
     messages = (ChatMessage("user", "Say a word."),)
     prompt = engine.tokenize(engine.render_chat(messages))
     before = engine.total_stats()
     n = 300
     counts = np.zeros(engine.target.n_vocab, dtype=np.int64)
     for seed in range(n):
-        _, out, _ = _run(engine, messages, max_tokens=1, drafter=kind, gamma=3, temperature=1.5, top_k=6, seed=seed)
+        _, out, _ = _run(engine, messages, max_tokens=2, drafter=kind, gamma=3, temperature=3.0, seed=seed)
         counts[out[0]] += 1
     after = engine.total_stats()
-    assert after.num_draft_tokens - before.num_draft_tokens >= 3 * n
+    assert after.num_draft_tokens - before.num_draft_tokens >= n  # one draft before the first token
     assert after.num_accepted_tokens > before.num_accepted_tokens  # some drafts really were accepted
     t = engine.target
     t.truncate(0)

@@ -61,7 +61,6 @@ class HiddenStateDraft:
     _mem: ctypes.c_void_p
     _pos: ctypes.Array[ctypes.c_int32]
     _n_kv: int
-    _n_g: int
     _g: npt.NDArray[np.float32] | None
     n_batch: int
 
@@ -156,7 +155,6 @@ class HiddenStateDraft:
         """Positions of the draft KV that hold committed entries (EAGLE-3 pairs / DFlash features)."""
         self._g = np.zeros((target.n_ctx, self.n_embd), dtype=np.float32) if arch == "eagle3" else None
         """EAGLE-3: fused features g of every position the encoder has seen."""
-        self._n_g = 0
         self._pos = (ctypes.c_int32 * 4)()
         self.log: list[tuple[int, float]] = []
         """(tokens, seconds) of each draft-context call since the caller last cleared it."""
@@ -166,7 +164,8 @@ class HiddenStateDraft:
     def _capture(self, pos0: int, chunk: Sequence[int]) -> None:
         """Copy the captured layer inputs of the target's last decode (positions pos0..)."""
         n = len(chunk)
-        self.truncate(pos0)
+        if pos0 < len(self.tokens):  # the target re-evaluates positions: their old features go
+            self.truncate(pos0)
         if len(self.tokens) != pos0:
             return  # a gap (cannot happen while the target's tokens are a prefix record): skip, stay a prefix
         feats = np.empty((n, self.n_in), dtype=np.float32)
@@ -197,7 +196,6 @@ class HiddenStateDraft:
         keep_kv = max(0, n_past - 1) if self.arch == "eagle3" else n_past
         if self._n_kv > keep_kv:
             self._n_kv = keep_kv
-        self._n_g = min(self._n_g, n_past)
         llama_cpp.llama_memory_seq_rm(self._mem, 0, self._n_kv, -1)
 
     def pending_rows(self) -> int:
@@ -249,7 +247,6 @@ class HiddenStateDraft:
                     g = ext.get_embeddings_nextn(self._ctx)
                     assert self._g is not None
                     self._g[p0 + s : p0 + s + len(rows)] = np.ctypeslib.as_array(g, shape=(len(rows), self.n_embd))
-                    self._n_g = p0 + s + len(rows)
                 else:
                     for i in range(len(rows)):
                         self._add(p0 + s + i, None, rows[i], False)
