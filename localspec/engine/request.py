@@ -79,6 +79,24 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_text(r: GenerationRequest) -> None:
+    """Every string must be encodable as UTF-8: JSON may carry lone surrogates ("\\ud800"),
+    which no tokenizer can encode."""
+    fields: list[tuple[str, object]] = [("prompt", r.prompt)]
+    for i, m in enumerate(r.messages or ()):
+        fields += [(f"messages.{i}.role", m.role), (f"messages.{i}.content", m.content)]
+    fields += [(f"stop.{i}", s) for i, s in enumerate(r.stop)]
+    for name, value in fields:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidRequestError(
+                    f"{name} is not valid Unicode text (a lone surrogate at position {exc.start}); "
+                    "send UTF-8 text", param=name.split(".")[0]
+                ) from None
+
+
 def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) -> PreparedRequest:
     """Validate `request` (InvalidRequestError names the field; ContextOverflowError when the
     prompt does not fit) and tokenize its prompt."""
@@ -119,6 +137,7 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
     stop = tuple(r.stop)
     if len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) for s in stop):
         raise InvalidRequestError(f"stop must be at most {MAX_STOP_STRINGS} strings", param="stop")
+    _check_text(r)
     tokens = tokenizer.tokenize(prompt_text(tokenizer, r), add_special=True, parse_special=True)
     if not tokens:
         raise InvalidRequestError("the prompt is empty after tokenization", param="prompt")

@@ -19,9 +19,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localspec.errors import (
     ContextOverflowError,
+    DecodeError,
     EngineBusyError,
     InvalidRequestError,
+    KernelUnavailableError,
     LocalSpecError,
+    ModelLoadError,
     ModelNotFoundError,
 )
 
@@ -78,6 +81,10 @@ def from_engine_error(exc: LocalSpecError) -> APIError:
         return APIError(404, str(exc), param="model", code="model_not_found")
     if isinstance(exc, EngineBusyError):
         return APIError(503, str(exc), code="engine_busy", headers={"Retry-After": "1"})
+    if isinstance(exc, (DecodeError, ModelLoadError, KernelUnavailableError)):
+        # the server's own failure, not the request's: a client must not "fix" its request
+        log.error("%s: %s", type(exc).__name__, exc)
+        return APIError(500, str(exc), code="server_error")
     log.warning("unexpected %s mapped to 400: %s", type(exc).__name__, exc)
     return APIError(400, str(exc), code=type(exc).__name__)
 

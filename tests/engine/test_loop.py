@@ -272,6 +272,6 @@ def test_adaptive_modes_share_the_hardware_costs() -> None:
     run(engine, drafter="adaptive", max_tokens=12)
     run(engine, drafter="adaptive", max_tokens=12, temperature=0.8, seed=1)
     greedy, sampled = engine._policy_states[True], engine._policy_states[False]
-    assert greedy.verify is sampled.verify and greedy.draft is sampled.draft
+    assert greedy.verify is sampled.verify and greedy.drafts is sampled.drafts
     assert greedy.acceptance is not sampled.acceptance
     assert greedy.verify.known

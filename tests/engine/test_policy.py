@@ -296,3 +296,4 @@ def test_a_policy_without_prompt_lookup_or_model() -> None:
     p.bind([1, 2, 3])
     drafter, k = p.choose(8)
     assert drafter is head and k >= 5
+

@@ -47,6 +47,11 @@ CASES: list[tuple[str, str, str, bytes | None, dict[str, str], int]] = [
     ("unknown-role", "POST", CHAT, chat(messages=[{"role": "wizard", "content": "hi"}]), JSON, 400),
     ("function-role", "POST", CHAT, chat(messages=[{"role": "function", "content": "hi"}]), JSON, 400),
     ("content-number", "POST", CHAT, chat(messages=[{"role": "user", "content": 42}]), JSON, 400),
+    ("lone-surrogate-content", "POST", CHAT, chat(messages=[{"role": "user", "content": "hi \ud800"}]), JSON, 400),
+    ("lone-surrogate-stream", "POST", CHAT, chat(messages=[{"role": "user", "content": "\udfff"}], stream=True), JSON, 400),
+    ("lone-surrogate-system", "POST", CHAT, chat(messages=[{"role": "system", "content": "\ud800"}, *MSGS]), JSON, 400),
+    ("lone-surrogate-stop", "POST", CHAT, chat(stop=["\ud800"]), JSON, 400),
+    ("lone-surrogate-prompt", "POST", COMP, comp(prompt="x\udc00y"), JSON, 400),
     ("content-image", "POST", CHAT, chat(messages=[{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]), JSON, 400),
     ("user-null-content", "POST", CHAT, chat(messages=[{"role": "user", "content": None}]), JSON, 400),
@@ -139,6 +144,9 @@ def test_hostile_errors_name_the_param(fake_server: LiveServer) -> None:
     err = assert_openai_error(httpx.post(fake_server.url + CHAT, content=chat(
         messages=[{"role": "user", "content": "y" * 3000}]), headers=JSON), 400)
     assert err["code"] == "context_length_exceeded"
+    err = assert_openai_error(httpx.post(fake_server.url + CHAT, content=chat(
+        messages=[{"role": "user", "content": "\ud800"}]), headers=JSON), 400)
+    assert err["param"] == "messages" and "surrogate" in err["message"]
 
 
 def test_hostile_server_keeps_serving_without_500s(fake_server: LiveServer) -> None:
