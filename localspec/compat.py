@@ -109,7 +109,7 @@ def check_hidden_files(target_path: str, draft_path: str) -> str | None:
     Checks: the target's architecture exposes hidden states; the drafter's target layers exist
     in the target; the target hidden size it expects; its vocabulary (tokenizer, or the size of
     its draft-to-target map). Raises IncompatibleModelsError naming every mismatch."""
-    from localspec.gguf_info import hidden_drafter_info, read_metadata, vocab_info
+    from localspec.gguf_info import hidden_drafter_info, read_d2t, read_metadata, vocab_info
 
     info = hidden_drafter_info(draft_path)
     if info is None:
@@ -131,9 +131,14 @@ def check_hidden_files(target_path: str, draft_path: str) -> str | None:
         problems.append("the drafter does not say which target hidden size it expects")
     elif isinstance(hidden, int) and info.target_hidden_size != hidden:
         problems.append(f"it expects target hidden size {info.target_hidden_size}, the target has {hidden}")
-    if info.d2t_size is not None and info.d2t_size > target.n_vocab:
-        problems.append(f"its draft-to-target map has {info.d2t_size:,} entries, the target vocabulary "
-                        f"{target.n_vocab:,}")
+    if info.d2t_size is not None:
+        d2t = read_d2t(draft_path) or []
+        top = max(d2t, default=-1)
+        if info.d2t_size > target.n_vocab or top >= target.n_vocab or min(d2t, default=0) < 0:
+            problems.append(f"its draft-to-target map ({info.d2t_size:,} entries) names target token {top:,}, the "
+                            f"target vocabulary has {target.n_vocab:,}")
+        elif len(set(d2t)) != len(d2t):
+            problems.append("its draft-to-target map names a target token twice")
     draft = vocab_info(draft_path)
     problems += [f"vocabulary: {p}" for p in pair_problems(target, draft)]
     if problems:

@@ -229,3 +229,20 @@ def hidden_drafter_info(path: str | os.PathLike[str]) -> HiddenDrafterInfo | Non
         d2t_size=int(d2t[0]) if d2t else None,
         has_confidence_head=dspark and "conf_proj.weight" in dims,
     )
+
+
+def read_d2t(path: str | os.PathLike[str]) -> list[int] | None:
+    """The target token id of each draft row of a reduced-vocabulary drafter (its `d2t`
+    tensor, a few hundred KB), or None when it has none."""
+    if "d2t" not in tensor_dims(path):
+        return None
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # the gguf package raises ValueError/struct errors on junk
+        raise ModelLoadError(f"{path} is not a readable GGUF file ({exc}); re-download it") from exc
+    for t in reader.tensors:
+        if t.name == "d2t":
+            return [int(x) for x in t.data.reshape(-1)]
+    return None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
 KINDS = ("eagle3", "dflash", "dspark")
 
@@ -55,12 +55,15 @@ def write_hidden_drafter(
     block_size: int = 8,
     markov_rank: int = 32,
     mask_token_id: int = 0,
+    d2t: np.ndarray | None = None,
 ) -> Path:
     """Write a `kind` drafter ("eagle3", "dflash", "dspark") for `target` to `path`.
 
     `target_layers` defaults to EAGLE-3's low/middle/high choice; `hidden_size` (the target
     hidden size the drafter claims) defaults to the target's, overridable to make a drafter
-    made for another target.
+    made for another target. `d2t` (EAGLE-3): a reduced draft vocabulary, the target id of
+    each draft row (absolute ids, as llama.cpp's converter writes them), with its own output
+    head of that many rows.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -118,6 +121,9 @@ def write_hidden_drafter(
     w.add_tensor("blk.0.ffn_down.weight", _normal(rng, n_embd, n_ff))
     if kind == "eagle3":
         w.add_tensor("blk.0.attn_norm_2.weight", ones)
+        if d2t is not None:
+            w.add_tensor("output.weight", _normal(rng, len(d2t), n_embd))
+            w.add_tensor("d2t", np.asarray(d2t, dtype=np.int64), raw_dtype=GGMLQuantizationType.I64)
     else:
         w.add_tensor("enc.output_norm.weight", ones)
         w.add_tensor("blk.0.attn_q_norm.weight", np.ones(head_dim, dtype=np.float32))

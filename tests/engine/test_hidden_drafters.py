@@ -43,6 +43,11 @@ def hidden_gguf(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) ->
                                                hidden_size=896)
     files["dflash-deep"] = write_hidden_drafter(d / "dflash-deep.gguf", "dflash", smollm2_path, seed=7,
                                                 target_layers=(1, 20, 40))
+    ids = np.sort(np.random.default_rng(3).choice(49152, size=4096, replace=False))
+    files["eagle3-d2t"] = write_hidden_drafter(d / "eagle3-d2t.gguf", "eagle3", smollm2_path, seed=7, d2t=ids)
+    bad = ids.copy()
+    bad[-1] = 50000  # past SmolLM2's 49,152 tokens: made for a larger vocabulary
+    files["eagle3-d2t-bad"] = write_hidden_drafter(d / "eagle3-d2t-bad.gguf", "eagle3", smollm2_path, seed=7, d2t=bad)
     return files
 
 
@@ -50,10 +55,11 @@ def _spec(path: Path) -> ModelSpec:
     return ModelSpec(str(path), n_ctx=1024)
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=[*KINDS, "eagle3-d2t"])
 def hidden_engine(request: pytest.FixtureRequest, smollm2_path: Path, hidden_gguf: dict[str, Path]) -> Iterator[tuple[str, Engine]]:
+    """(kind, an engine: SmolLM2 + that drafter); "eagle3-d2t" drafts over a 4,096-token subset."""
     engine = Engine(_spec(smollm2_path), _spec(hidden_gguf[request.param]), check_invariants=True)
-    yield request.param, engine
+    yield request.param.split("-")[0], engine
     engine.close()
 
 
@@ -79,6 +85,8 @@ def test_drafter_for_another_target_is_refused_before_weights_load(
         Engine(_spec(smollm2_path), _spec(hidden_gguf["eagle3-896"]))
     with pytest.raises(IncompatibleModelsError, match=r"reads target layers \[1, 20, 40\], the target has 30"):
         Engine(_spec(smollm2_path), _spec(hidden_gguf["dflash-deep"]))
+    with pytest.raises(IncompatibleModelsError, match="names target token 50,000, the target vocabulary has 49,152"):
+        Engine(_spec(smollm2_path), _spec(hidden_gguf["eagle3-d2t-bad"]))
 
 
 def test_qwen2_target_is_refused_from_its_header(qwen_target_path: Path, hidden_gguf: dict[str, Path],
