@@ -45,7 +45,7 @@ from localspec.gguf_info import tensor_dims
 
 log = logging.getLogger(__name__)
 
-HIDDEN_ARCHS = {"eagle3": "eagle3", "dflash": "dflash"}
+HIDDEN_ARCHS = ("eagle3", "dflash")
 
 
 def _meta(model: object, key: str) -> str | None:
@@ -118,8 +118,10 @@ class HiddenStateDraft:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
         self.block_size = int(_meta(self._model, "dflash.block_size") or 16)
         self.sample_from_anchor = (_meta(self._model, "dflash.sample_from_anchor") or "true") == "true"
-        self.is_dspark = arch == "dflash" and "markov_w1.weight" in tensor_dims(path)
-        self.has_confidence = self.is_dspark and (_meta(self._model, "dflash.has_confidence_head") or "true") == "true"
+        dims = tensor_dims(path)
+        self.is_dspark = arch == "dflash" and "markov_w1.weight" in dims
+        self.has_confidence = self.is_dspark and "conf_proj.weight" in dims
+        """DSpark with a confidence head: the graph's t_h_nextn rows carry its per-position value."""
         self.mask_token = int(llama_cpp.llama_vocab_mask(vocab))
         if arch == "dflash" and self.mask_token < 0:
             raise IncompatibleModelsError(f"DFlash drafter {self.name!r} has no mask token (tokenizer.ggml.mask_token_id)")
