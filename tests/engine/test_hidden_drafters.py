@@ -129,7 +129,7 @@ def test_loads_and_drafts(hidden_engine: tuple[str, Engine]) -> None:
     _, out, st = _run(engine, (ChatMessage("user", QUESTIONS[0]),), max_tokens=24, drafter=kind, gamma=4)
     assert len(out) == 24
     assert st.num_draft_tokens >= 4 * 5  # it drafted at every step
-    assert st.drafter.startswith(kind) and st.drafter_counts[kind] == st.num_steps
+    assert st.drafter.startswith(kind) and st.drafter_counts[kind] >= st.num_steps - 1  # the last step has no room
     assert d.decode_log and all(n > 0 and s > 0 for n, s in d.decode_log)
 
 
