@@ -25,7 +25,9 @@ a drafter that is not the best choice but could be at the optimistic end of its 
 choice (its regret), prompt lookup only where a match exists. Trials are paid from a budget
 of EXPLORE_BUDGET of the measured time (each pays what it really lost), so exploring never
 costs more than that share; a trial that did at least as well as expected is followed by
-another at the next chance, one that did worse waits TRIAL_BACKOFF times longer. Prompt
+another at the next chance, one that did worse waits TRIAL_BACKOFF times longer. The debt
+stops at MAX_DEBT_STEPS plain steps: a trial that ran while another process hogged the
+machine must not use up the budget for thousands of steps. Prompt
 lookup costs nothing to draft, so its trial costs only the larger verify batch: on a GPU it
 is tried at its first match, on a CPU within a few steps. The model drafter's trial also
 pays its catch-up over the skipped tokens, so on a CPU it is tried early in a request or not
@@ -51,6 +53,8 @@ log = logging.getLogger(__name__)
 EXPLORE_BUDGET = 0.02
 """Share of the generation's time that trials of drafters not (yet) worth using may cost."""
 MAX_TRIAL_INTERVAL = 512
+MAX_DEBT_STEPS = 3.0
+"""The most the exploration budget can owe, in plain steps (see `observe`)."""
 TRIAL_BACKOFF = 1.5
 """Growth of the wait between trials after one that did worse than expected."""
 NGRAM_PRIOR = 0.5
@@ -158,8 +162,9 @@ class AdaptivePolicy:
             self._trials[self.ngram.name] = _Trials(1, max(1, iv.get(self.ngram.name, 0)))
         self._context: Sequence[int] = ()
         self._steps = 0
-        self._trial: tuple[str, float, float] | None = None
-        """(drafter, expected accepted drafts, the best choice's tokens/s) of a trial in flight."""
+        self._trial: tuple[str, float, float, float] | None = None
+        """(drafter, expected accepted drafts, the best choice's tokens/s, expected regret
+        in seconds) of a trial in flight."""
 
     def bind(self, context: Sequence[int]) -> None:
         """The committed context the policy may read (n-gram matches); called after the
@@ -253,7 +258,7 @@ class AdaptivePolicy:
             cost = self._regret(trial, best)
             if cost <= s.credit + s.verify.predict(1):
                 tr.since = 0
-                self._trial = (name, trial.tokens - 1.0, best.rate)
+                self._trial = (name, trial.tokens - 1.0, best.rate, cost)
                 choice, why = trial, "trial"
                 break
         if log.isEnabledFor(logging.DEBUG):
@@ -280,9 +285,12 @@ class AdaptivePolicy:
         if self._trial is not None:
             # the trial pays what it really lost against the best choice's rate, so the
             # budget holds even when the estimates that chose it were too hopeful
-            name, expected, best_rate = self._trial
+            name, expected, best_rate, regret = self._trial
             self._trial = None
-            s.credit -= max(0.0, seconds - (num_accepted + 1) / best_rate) if best_rate > 0 else seconds
+            lost = max(0.0, seconds - (num_accepted + 1) / best_rate) if best_rate > 0 else seconds
+            # the debt stops at a few plain steps: a larger loss is the machine's load (another
+            # process), not the trial's, and charging it would stop exploration for good
+            s.credit = max(s.credit - lost, -MAX_DEBT_STEPS * s.verify.predict(1))
             self._trials[name].judge(k > 0 and num_accepted >= expected)
             s.intervals[name] = self._trials[name].interval
         s.verify.observe(k + 1, t_verify_s)

@@ -7,7 +7,10 @@
   to two, then a smaller step per row) and is stable; the one-row time follows the machine's
   load. Unmeasured sizes are interpolated between measured ones, and beyond the largest one
   extrapolated along the last measured segment (on a concave CPU curve that overestimates,
-  so longer drafts are reached one measured size at a time, never by a guess).
+  so longer drafts are reached one measured size at a time, never by a guess; from one row,
+  only the default slope per row, not the CPU's jump from one row to two). A size not
+  measured in the last STALE_CALLS calls is dropped, so costs measured while another process
+  loaded the machine expire instead of keeping speculation off for good.
 - `Acceptance`: decayed per-position counts on a Beta prior; the first position and the
   later ones (pooled) are estimated apart, the later ones shrinking toward the first.
 """
@@ -25,6 +28,9 @@ PRIOR_WEIGHT = 2.0
 """Pseudo-observations behind each prior."""
 UPPER_SDS = 2.0
 """Standard deviations above the estimate that `Acceptance.upper` reports."""
+STALE_CALLS = 200
+"""Target calls after which a batch size's measured ratio is dropped unless measured again: a
+ratio measured while another process loaded the machine must not keep speculation off for good."""
 
 
 @dataclass
@@ -122,6 +128,9 @@ class BatchCost:
     _r: dict[int, float] = field(default_factory=dict)
     _pending: list[tuple[int, float]] = field(default_factory=list)
     """Calls of n > 1 rows seen before any one-row call (no t1 to divide by yet)."""
+    _calls: int = 0
+    _seen: dict[int, int] = field(default_factory=dict)
+    """Batch size -> `_calls` when it was last measured."""
 
     @property
     def known(self) -> bool:
@@ -130,6 +139,7 @@ class BatchCost:
 
     def observe(self, n: int, seconds: float) -> None:
         """Add one measured call of n rows."""
+        self._calls += 1
         if n <= 1:
             self.t1 = self.t1_decay * self.t1 + (1 - self.t1_decay) * seconds if self.t1 else seconds
             pending, self._pending = self._pending, []
@@ -140,18 +150,22 @@ class BatchCost:
             self._pending.append((n, seconds))
             return
         d = self.ratio_decay
-        w = self._w.get(n, 0.0)
+        w = self._w.get(n, 0.0) if self._calls - self._seen.get(n, 0) <= STALE_CALLS else 0.0  # stale: start over
+        self._seen[n] = self._calls
         self._w[n] = w * d + 1.0
         self._r[n] = (self._r.get(n, 0.0) * w * d + seconds / self.t1) / self._w[n]
 
     def ratio(self, n: int) -> float:
-        """b = seconds(n rows) / seconds(1 row), measured, interpolated or extrapolated."""
+        """b = seconds(n rows) / seconds(1 row), measured (within the last STALE_CALLS
+        calls), interpolated or extrapolated."""
         if n <= 1:
             return 1.0
         # a batch never costs less than a smaller one (noise and load changes can make a
         # rarely measured size look cheap): use the running maximum over sizes
+        # measurements older than STALE_CALLS calls are dropped: taken under another load
+        values = {m: r for m, r in sorted(self._r.items()) if self._calls - self._seen.get(m, 0) <= STALE_CALLS}
         points = [(1, 1.0)]
-        for m, r in sorted(self._r.items()):
+        for m, r in values.items():
             points.append((m, max(r, points[-1][1])))
         exact = [y for x, y in points if x == n]
         if exact:
@@ -164,7 +178,10 @@ class BatchCost:
         if len(points) == 1:
             return 1.0 + self.default_slope * (n - 1)
         (x0, y0), (x1, y1) = points[-2], points[-1]
-        return y1 + max(0.0, (y1 - y0) / (x1 - x0)) * (n - x1)
+        slope = max(0.0, (y1 - y0) / (x1 - x0))
+        if x0 == 1:  # from one row: a CPU's jump to two rows, not its slope per row after it
+            slope = min(slope, self.default_slope)
+        return y1 + slope * (n - x1)
 
     def predict(self, n: int) -> float:
         """Seconds for a call of n rows (0 before any measurement)."""

@@ -136,9 +136,16 @@ def simulate(
     seed: int = 0,
     greedy: bool = True,
     state: PolicyState | None = None,
+    spike: tuple[range, float] | None = None,
+    last: int | None = None,
 ) -> SimResult:
     """Run `requests` generations of `tokens` tokens through one PolicyState (as an engine
-    does) and return the expected speedup of the policy's choices over plain decoding."""
+    does) and return the expected speedup of the policy's choices over plain decoding.
+
+    `spike` = (requests, factor): during those requests another process loads the machine
+    and every step that drafted is measured `factor` times slower than it is (the worst
+    case: batches measured under load, single rows not). `last`: judge only the last
+    `last` requests (recovery after a spike)."""
     rng = np.random.default_rng(seed)
     rng_text = np.random.default_rng([seed, 1])
     matched_tokens = 0
@@ -148,7 +155,10 @@ def simulate(
     seconds = 0.0
     choices: dict[str, int] = {}
     steps = 0
-    for _ in range(requests):
+    for request in range(requests):
+        if last is not None and request == requests - last:
+            exp_tokens, seconds, choices, steps = 0.0, 0.0, {}, 0
+        load = spike[1] if spike is not None and request in spike[0] else 1.0
         backend = FakeBackend()
         model = ModelDrafter(backend) if world.has_model else None
         lookup = ScriptedLookup()
@@ -193,7 +203,8 @@ def simulate(
             else:
                 t_draft_true = 0.0
             t_verify_true = world.verify_s(k)
-            policy.observe(name, k, num_accepted, t_draft, _noisy(t_verify_true, world, rng))
+            measured = _noisy(t_verify_true, world, rng) * (load if k > 0 else 1.0)
+            policy.observe(name, k, num_accepted, t_draft, measured)
             policy.observe_overhead(_noisy(world.overhead, world, rng))
             context.extend([0] * (num_accepted + 1))
             generated += num_accepted + 1

@@ -88,3 +88,16 @@ def test_exploring_costs_at_most_the_budget(shape: str) -> None:
         r = simulate(world, tokens=256, requests=3, seed=seed)
         # + the drafter's one measurement at first use and one plain step of debt
         assert r.speedup >= 1.0 - EXPLORE_BUDGET - 3.0 / r.steps, r.choices
+
+
+@pytest.mark.parametrize("factor", [3.0, 10.0])
+def test_the_policy_recovers_after_a_load_spike(factor: float) -> None:
+    """Seen on real weights: another process loaded the machine during one request, the
+    drafting steps measured slow, and `adaptive` never drafted again in that engine (AL 1.00
+    on every later prompt, where prompt lookup reached AL 4). Stale costs must not stick:
+    after the spike the policy returns to prompt lookup within a few requests."""
+    world = World(b=concave_b(1.9, 0.35), c=0.5, alpha_model=0.99, alpha_ngram=0.87, match_rate=0.7)
+    for seed in SEEDS:
+        r = simulate(world, tokens=96, requests=12, seed=seed, spike=(range(2, 4), factor), last=4)
+        best = r.text.best_fixed(MAX_GAMMA)
+        assert r.speedup >= 0.9 * best[2], (r.speedup, best, r.choices)
