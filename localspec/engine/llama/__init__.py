@@ -2,4 +2,6 @@
 ctypes). Everything else in localspec talks to models through `engine.backend`'s protocols.
 
 - `backend.LlamaCppBackend`: one GGUF, its context and KV cache.
+- `hidden.HiddenStateDraft`: an EAGLE-3/DFlash/DSpark drafter fed with a target's hidden states.
+- `ext`: libllama's staging ("ext") symbols those drafters need, resolved by mangled name.
 """
