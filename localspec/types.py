@@ -9,9 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-DRAFTER_KINDS = ("model", "ngram", "eagle3", "dflash", "dspark", "none", "adaptive")
-"""Drafting policies: the model drafter, prompt lookup, the heads that read the target's
-hidden states (EAGLE-3, DFlash, DSpark), plain decoding, or chosen per step."""
+DRAFTER_KINDS = ("model", "ngram", "mtp", "eagle3", "dflash", "dspark", "none", "adaptive")
+"""Drafting policies: the model drafter, prompt lookup, the target's own MTP layers, the heads
+that read the target's hidden states (EAGLE-3, DFlash, DSpark), plain decoding, or chosen per step."""
 
 DEFAULT_GAMMA = 4
 """Draft length γ when neither the engine nor the request sets one (`--spec-draft-n-max`)."""
@@ -61,6 +61,8 @@ class ModelSpec:
     """Flash attention (`-fa`); None = llama.cpp's automatic choice."""
     numerics: str = "exact"
     """One of NUMERICS_MODES (`--numerics`)."""
+    rpc: tuple[str, ...] = ()
+    """RPC workers ("host:port") that take the offloaded layers instead of a local GPU (`--rpc`)."""
     name: str | None = None
     """Display name; defaults to the file name."""
 
@@ -73,12 +75,38 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A function call an assistant turn made (OpenAI's `tool_calls[i]`)."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments as JSON text."""
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     """One chat turn."""
 
     role: str
     """system, user, assistant (or tool)."""
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    """For assistant turns: the calls it made."""
+    tool_call_id: str | None = None
+    """For tool turns: the call this is the result of."""
+    name: str | None = None
+    """For tool turns: the function's name."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What the output must match, enforced by token masks (engine/constraint.py)."""
+
+    kind: str
+    """`json_object` (any JSON object), `json_schema` (`source` is the schema as JSON text) or
+    `lark` (`source` is a Lark grammar, llguidance's dialect)."""
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +132,11 @@ class GenerationRequest:
     """Model drafter stops drafting when its own probability of a token is below this (`--spec-draft-p-min`)."""
     add_generation_prompt: bool = True
     """For `messages`: end the rendered chat with the assistant header."""
+    constraint: Constraint | None = None
+    """Output grammar (JSON object / JSON schema / Lark); None = free text."""
+    tools: str | None = None
+    """For `messages`: the tools offered, as the JSON text of OpenAI's `tools` list (rendered
+    by the chat template's `tools` variable)."""
 
 
 @dataclass(frozen=True)

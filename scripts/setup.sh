@@ -4,12 +4,14 @@
 # package with its test extras, and the offline default model pair (~1.6 GB).
 #
 #   LLAMA_CMAKE_ARGS   CMake flags for llama-cpp-python (default
-#                      "-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF"; GPU:
-#                      LLAMA_CMAKE_ARGS="-DGGML_CUDA=on -DGGML_LLAMAFILE=OFF" make setup)
+#                      "-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF -DGGML_RPC=ON"; GPU:
+#                      LLAMA_CMAKE_ARGS="-DGGML_CUDA=on -DGGML_LLAMAFILE=OFF -DGGML_RPC=ON" make setup)
 #                      GGML_NATIVE=OFF: the native build enables AMX kernels that crash
 #                      (llama.cpp #20824). GGML_LLAMAFILE=OFF: llamafile's sgemm computes
 #                      batches of 2+ rows in another summation order than one row, which
 #                      would break `--numerics exact` (see README, "Lossless").
+#                      GGML_RPC=ON: ggml's RPC backend (`localspec worker`, `--rpc`); it adds
+#                      a backend, not kernels, so it changes no numerics.
 #   TORCH_SPEC         torch requirement (default torch==2.13.0)
 #   PYTHON             interpreter for the venv (default python3)
 set -euo pipefail
@@ -19,7 +21,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 LLAMA_VERSION=0.3.36
-LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF}
+LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF -DGGML_RPC=ON}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/localspec
 # one wheel per CMake flag set, so a CPU and a CUDA build never get mixed up
 WHEELS="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION-$(printf '%s' "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)"

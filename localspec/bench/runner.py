@@ -37,7 +37,7 @@ class Arm:
     """One way of decoding: a drafter kind and a draft length (plain decoding: none, 0)."""
 
     drafter: str
-    """"none", "model", "ngram" or "adaptive"."""
+    """"none", "model", "ngram", "mtp" or "adaptive"."""
     gamma: int
     """Draft length; for adaptive the maximum it may use."""
 

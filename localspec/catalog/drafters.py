@@ -113,8 +113,14 @@ def _recurrent_reason(models: list[CatalogModel]) -> str:
             "that cannot drop rejected draft tokens")
 
 
+_MTP_WHY_NOT = ("load the GGUF that keeps the nextn layers as the target (-m) and pick --drafter mtp "
+                "(not a separate drafter file)")
+
+
 def _record_reason(catalog: Catalog, target: CatalogModel, r: CatalogDrafter) -> str:
     """Why localspec cannot run drafter record `r` for `target` ("" when it can)."""
+    if r.kind == "mtp":
+        return _MTP_WHY_NOT
     if r.kind not in DRAFTER_KINDS:
         return f"the {KIND_LABELS[r.kind]} drafter is being built"
     if r.kind in HIDDEN_KINDS:
@@ -159,8 +165,8 @@ def drafter_options(catalog: Catalog, target: CatalogModel) -> list[DrafterOptio
     if target.mtp_layers and not any(r.kind == "mtp" for r in records):
         options.append(DrafterOption(
             kind="mtp", id=f"{target.id}:mtp", label=f"MTP (built in, {target.mtp_layers} layer)", repo=target.repo,
-            params=mtp_draft_params(target), runnable="mtp" in DRAFTER_KINDS,
-            why_not="the MTP drafter is being built", source=target.ref or target.source,
+            params=mtp_draft_params(target), runnable=False,
+            why_not=_MTP_WHY_NOT, source=target.ref or target.source,
             note="needs a GGUF that keeps the nextn layers",
         ))
     return sorted(options, key=lambda o: (not o.runnable, KINDS.index(o.kind), o.params))

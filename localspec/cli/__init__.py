@@ -40,13 +40,14 @@ def _register_all() -> typer.Typer:
     if _registered:
         return app
     _registered = True
-    from localspec.cli import bench, bench_kernels, doctor, generate, models, recommend, serve, tui
+    from localspec.cli import bench, bench_kernels, doctor, generate, models, recommend, serve, tui, worker
 
     generate.register(app)
     tui.register(app)
     serve.register(app)
     recommend.register(app)
     doctor.register(app)
+    worker.register(app)
     models.register(models_app)
     bench.register(bench_app)
     bench_kernels.register(bench_app)

@@ -40,6 +40,27 @@ NUMERICS = typer.Option("exact", "--numerics", callback=_numerics,
                         "fast: llama.cpp's fastest kernels.")
 KERNEL = typer.Option(None, "--kernel", help="Acceptance backend: auto, reference, torch, cuda "
                       "(default: LOCALSPEC_KERNEL or auto).")
+def parse_rpc(value: str | None) -> tuple[str, ...]:
+    """`--rpc host:port[,host:port…]` as a tuple of endpoints (empty: no workers)."""
+    if not value:
+        return ()
+    endpoints = tuple(e.strip() for e in value.split(",") if e.strip())
+    for e in endpoints:
+        host, sep, port = e.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise typer.BadParameter(f"each RPC worker is host:port (e.g. 127.0.0.1:50052), got {e!r}",
+                                     param_hint="--rpc")
+    return endpoints
+
+
+def _rpc(value: str | None) -> str | None:
+    parse_rpc(value)
+    return value
+
+
+RPC = typer.Option(None, "--rpc", callback=_rpc,
+                   help="RPC workers host:port[,host:port…] (`localspec worker` there) that take the target's "
+                   "-ngl layers; the drafter stays local.")
 GAMMA = typer.Option(None, "--spec-draft-n-max", "--draft-max",
                      help=f"Draft length γ (the maximum for adaptive; default {DEFAULT_GAMMA}).")
 
@@ -59,6 +80,8 @@ class ModelFlags:
     kernel: str | None = None
     gamma: int | None = None
     """Engine default draft length; None = DEFAULT_GAMMA."""
+    rpc: str | None = None
+    """`--rpc`: workers for the target's offloaded layers."""
 
     @property
     def no_drafter(self) -> bool:
@@ -81,7 +104,7 @@ class ModelFlags:
         """How to load `path` as the target (or, with `draft`, the drafter)."""
         return ModelSpec(path, n_gpu_layers=self.n_gpu_layers_draft if draft else self.n_gpu_layers,
                          n_ctx=self.ctx_size, n_threads=self.threads, flash_attn=self.flash_attn,
-                         numerics=self.numerics)
+                         numerics=self.numerics, rpc=() if draft else parse_rpc(self.rpc))
 
     def specs(self) -> tuple[ModelSpec, ModelSpec | None]:
         """The pair to load."""

@@ -62,8 +62,9 @@ def register(app: typer.Typer) -> None:
         temp: Annotated[str, typer.Option("--temp", help="Temperatures, comma-separated (0 = greedy).")] = "0",
         max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", "--n-predict", min=1, help="Tokens per turn.")] = 128,
         prompts_per_category: Annotated[int, typer.Option("--prompts-per-category", min=0, help="Prompts per category (0 = all).")] = 2,
-        drafters: Annotated[str, typer.Option("--drafters", help="Arms besides plain: model, ngram, eagle3, dflash, dspark, adaptive (comma-separated; "
-                                                        "eagle3/dflash/dspark need such a drafter GGUF as -md).")] = "model",
+        drafters: Annotated[str, typer.Option("--drafters", help="Arms besides plain: model, ngram, mtp, eagle3, dflash, dspark, adaptive "
+                                                        "(comma-separated; mtp needs a target with nextn layers, "
+                                                        "eagle3/dflash/dspark such a drafter GGUF as -md).")] = "model",
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report (every raw count and timing) here.")] = None,
         plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: AL by category, speedup vs γ.")] = None,
         from_json: Annotated[Path | None, typer.Option("--from-json", help="Don't measure: re-summarise a written report and print/write its tables and plot.")] = None,
@@ -76,6 +77,7 @@ def register(app: typer.Typer) -> None:
         threads: int | None = opt.THREADS,
         flash_attn: bool | None = opt.FLASH_ATTN,
         numerics: str = opt.NUMERICS,
+    rpc: str | None = opt.RPC,
         kernel: str | None = opt.KERNEL,
     ) -> None:
         """Measure acceptance length, tok/s and speedup per category and γ; estimate α, c, b(γ) and the best γ."""
@@ -117,7 +119,7 @@ def register(app: typer.Typer) -> None:
 
         gammas = SWEEP_GAMMAS if sweep else _ints(gamma, "--gamma")
         temps = _floats(temp, "--temp")
-        kinds = _names(drafters, ("model", "ngram", "eagle3", "dflash", "dspark", "adaptive"), "--drafters")
+        kinds = _names(drafters, ("model", "ngram", "mtp", "eagle3", "dflash", "dspark", "adaptive"), "--drafters")
 
         pset = load_prompt_sources(prompts) if prompts else load_builtin()
         if pset.num_skipped_placeholder or pset.num_skipped_invalid:
@@ -135,7 +137,7 @@ def register(app: typer.Typer) -> None:
 
         flags = opt.ModelFlags(
             model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-            ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+            ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel,
             gamma=max(gammas),
         )
         target_path, draft_path = flags.pair_paths()

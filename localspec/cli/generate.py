@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from localspec.cli import _options as opt
+from localspec.cli._schema import JSON_SCHEMA_HELP, schema_constraint
 
 if TYPE_CHECKING:
     from localspec.engine import SpecStats
@@ -17,6 +19,7 @@ GENERATE_EXAMPLES = [
     "localspec generate -p 'def quicksort(xs):'",
     "localspec generate --chat -p 'Explain speculative decoding' --temp 0.8 --seed 1",
     "localspec generate -m big.gguf -md small.gguf -p 'Hello' --compare-plain",
+    "localspec generate --chat -p 'A user record for Ada' --json-schema user.schema.json",
 ]
 
 
@@ -36,9 +39,11 @@ def generate(
     top_k: int = typer.Option(0, "--top-k"),
     seed: int | None = typer.Option(None, "-s", "--seed"),
     stop: list[str] = typer.Option([], "--stop", help="Stop string (repeatable)."),
-    drafter: str = typer.Option("adaptive", "--drafter", help="adaptive, model, ngram or none."),
+    drafter: str = typer.Option("adaptive", "--drafter", help="adaptive, model, ngram, mtp (the target's own nextn layers) or none."),
     p_min: float = typer.Option(0.0, "--spec-draft-p-min", help="Stop drafting below this drafter probability."),
     compare_plain: bool = typer.Option(False, "--compare-plain", help="Also run plain decoding on the same prompt and print both speeds."),
+    json_schema: Path | None = typer.Option(
+        None, "--json-schema", help=JSON_SCHEMA_HELP, dir_okay=False),
     model: str | None = opt.MODEL,
     model_draft: str | None = opt.MODEL_DRAFT,
     ngl: int = opt.NGL,
@@ -47,15 +52,17 @@ def generate(
     threads: int | None = opt.THREADS,
     flash_attn: bool | None = opt.FLASH_ATTN,
     numerics: str = opt.NUMERICS,
+    rpc: str | None = opt.RPC,
     kernel: str | None = opt.KERNEL,
     gamma: int | None = opt.GAMMA,
 ) -> None:
     """Stream one generation; `--compare-plain` adds plain decoding in the same process."""
     from localspec.engine import ChatMessage, GenerationRequest
 
+    constraint = schema_constraint(json_schema) if json_schema is not None else None
     engine = opt.ModelFlags(
         model=model, model_draft=model_draft, n_gpu_layers=ngl, n_gpu_layers_draft=ngld, ctx_size=ctx,
-        threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel, gamma=gamma,
+        threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel, gamma=gamma,
     ).build_engine()
     try:
         if chat:
@@ -64,7 +71,7 @@ def generate(
         else:
             base = GenerationRequest(prompt=prompt, max_tokens=n_predict)
         request = replace(base, temperature=temp, top_p=top_p, top_k=top_k, seed=seed, stop=tuple(stop),
-                          drafter=drafter, gamma=gamma, p_min=p_min)
+                          drafter=drafter, gamma=gamma, p_min=p_min, constraint=constraint)
         with engine.generate(request) as generation:
             for event in generation:
                 sys.stdout.write(event.text)

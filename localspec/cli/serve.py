@@ -28,6 +28,7 @@ def serve_command(
     threads: int | None = opt.THREADS,
     flash_attn: bool | None = opt.FLASH_ATTN,
     numerics: str = opt.NUMERICS,
+    rpc: str | None = opt.RPC,
     kernel: str | None = opt.KERNEL,
     draft_n_max: int | None = opt.GAMMA,
     alias: Annotated[str | None, typer.Option("--alias", help="Model id clients use (default: the target's name).")] = None,
@@ -37,7 +38,7 @@ def serve_command(
     max_queue: Annotated[int | None, typer.Option("--max-queue", help="Requests that may wait while one generates (default 16); more get 429.")] = None,
     temp: Annotated[float | None, typer.Option("--temp", help="temperature when a request gives none (default 1.0, OpenAI's).")] = None,
     n_predict: Annotated[int | None, typer.Option("-n", "--n-predict", help="max_tokens when a request gives none (default: until EOS / context full).")] = None,
-    drafter: Annotated[str | None, typer.Option("--drafter", help="Default drafting policy: adaptive, model, ngram, none.")] = None,
+    drafter: Annotated[str | None, typer.Option("--drafter", help="Default drafting policy: adaptive, model, ngram, mtp, none.")] = None,
     strict_model: Annotated[bool, typer.Option("--strict-model", help="404 for a request `model` other than the alias/target.")] = False,
 ) -> None:
     """Serve a speculative pair over an OpenAI-compatible HTTP API (with /metrics)."""
@@ -48,7 +49,7 @@ def serve_command(
 
     flags = opt.ModelFlags(
         model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
-        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, kernel=kernel,
+        ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel,
         gamma=draft_n_max,
     )
     flags.pair_paths()  # usage errors before any settings or weights

@@ -11,9 +11,11 @@ from localspec.engine.engine import Engine, EngineInfo
 from localspec.engine.generation import Generation
 from localspec.engine.metrics import SpecStats
 from localspec.engine.request import PreparedRequest
-from localspec.types import DEFAULT_GAMMA, ChatMessage, GenerationRequest, ModelSpec, TokenEvent, TokenSource
+from localspec.types import (
+    DEFAULT_GAMMA, ChatMessage, Constraint, GenerationRequest, ModelSpec, TokenEvent, TokenSource,
+)
 
 __all__ = [
-    "DEFAULT_GAMMA", "ChatMessage", "Engine", "EngineInfo", "Generation", "GenerationRequest", "ModelSpec",
+    "DEFAULT_GAMMA", "ChatMessage", "Constraint", "Engine", "EngineInfo", "Generation", "GenerationRequest", "ModelSpec",
     "PreparedRequest", "SpecStats", "TokenEvent", "TokenSource",
 ]

@@ -19,8 +19,10 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 from localspec.engine.acceptance import Acceptor
+from localspec.engine.constraint import GrammarCursor, grammar_tokenizer
 from localspec.engine.adaptive import AdaptivePolicy, PolicyState
 from localspec.engine.backend import ModelBackend
 from localspec.engine.drafters import Drafter, FeatureDraftModel, NoDrafter, offered
@@ -102,7 +104,15 @@ class Engine:
         n_vocab = self.target.n_vocab if self.draft is None else min(self.target.n_vocab, self.draft.n_vocab)
         self._acceptor = Acceptor(get_backend(kernel), n_vocab)
         features = (hidden[0], self._features) if hidden is not None and self._features is not None else None
-        self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features)
+        try:
+            self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features)
+        except BaseException:
+            if self._features is not None:
+                self._features.close()
+            self.target.close()
+            if self.draft is not None:
+                self.draft.close()
+            raise
         """The drafters this engine offers, by name (`GenerationRequest.drafter`)."""
         self.default_gamma = gamma
         self.check_invariants = check_invariants or bool(os.environ.get("LOCALSPEC_CHECK_INVARIANTS"))
@@ -111,6 +121,8 @@ class Engine:
         """Live stats of the running (or last) generation, for `stats()`."""
         self._running_cancel: threading.Event | None = None
         self._totals = SpecStats(kernel=self._acceptor.name)
+        self._grammar_tokenizer: Any = None
+        """llguidance's view of the target's vocabulary, built by the first constrained request."""
         self._policy_states: dict[bool, PolicyState] = {}
         """Adaptive policy memory per sampling mode (greedy or not): acceptance of its own,
         verify and drafter cost models shared."""
@@ -134,11 +146,17 @@ class Engine:
     def limits(self) -> Limits:
         """What requests are checked against (context, default γ, whether a drafter model exists)."""
         return Limits(n_ctx=self.target.n_ctx, default_gamma=self.default_gamma,
-                      drafters=frozenset(self.drafters))
+                      drafters=frozenset(self.drafters), target_name=self.target.name)
 
-    def render_chat(self, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True) -> str:
-        """The target's chat template applied to `messages`."""
-        return chat_text(self.target, messages, add_generation_prompt)
+    def render_chat(self, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True,
+                    tools: list[dict[str, Any]] | None = None) -> str:
+        """The target's chat template applied to `messages` (and `tools`)."""
+        return chat_text(self.target, messages, add_generation_prompt, tools)
+
+    @property
+    def chat_template(self) -> str | None:
+        """The target's GGUF chat template (None: ChatML is used)."""
+        return self.target.chat_template
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` under the target's tokenizer (special tokens parsed)."""
@@ -177,8 +195,10 @@ class Engine:
     def close(self) -> None:
         """Free both models (waits for a running generation to end)."""
         with self._lock:
-            if self._features is not None:
-                self._features.close()
+            for d in self.drafters.values():
+                close = getattr(d, "close", None)  # drafters holding a context on the target (mtp)
+                if close is not None:
+                    close()
             self.target.close()
             if self.draft is not None:
                 self.draft.close()
@@ -187,8 +207,13 @@ class Engine:
     def _run(self, request: PreparedRequest, stats: SpecStats, cancel: threading.Event) -> Iterator[TokenEvent]:
         self._last_stats, self._running_cancel = stats, cancel
         try:
+            guide = None
+            if request.grammar is not None:
+                if self._grammar_tokenizer is None:
+                    self._grammar_tokenizer = grammar_tokenizer(self.target)
+                guide = GrammarCursor(self._grammar_tokenizer, request.grammar, self._acceptor.n_vocab)
             loop = StepLoop(self.target, self._acceptor, self._policy(request), request, stats, cancel,
-                            draft_model=self.draft, check_invariants=self.check_invariants)
+                            draft_model=self.draft, check_invariants=self.check_invariants, guide=guide)
             yield from loop.run()
         finally:
             self._running_cancel = None

@@ -10,12 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 
 from localspec.engine import cache
 from localspec.engine.acceptance import Acceptor
 from localspec.engine.backend import KVCache, ModelBackend
+from localspec.engine.constraint import GrammarCursor, GuidedDrafter
 from localspec.engine.drafters import EMPTY
 from localspec.engine.emitter import Emitter
 from localspec.engine.metrics import SpecStats
@@ -38,6 +40,7 @@ class StepLoop:
         *,
         draft_model: ModelBackend | None = None,
         check_invariants: bool = False,
+        guide: GrammarCursor | None = None,
     ) -> None:
         self.target, self.acceptor, self.policy, self.request = target, acceptor, policy, request
         self.stats = stats
@@ -45,6 +48,8 @@ class StepLoop:
         self._draft_model = draft_model
         """Whose decode seconds count as drafting (stats.t_decode_draft_s)."""
         self._check = check_invariants
+        self.guide = guide
+        """The output grammar's cursor (engine/constraint.py), or None for free text."""
         self._rng = np.random.default_rng(request.seed)
         self.context = list(request.prompt_tokens)
         """Every committed token: prompt + output."""
@@ -100,16 +105,27 @@ class StepLoop:
         n_past = target.n_past
         # 1. draft: up to k tokens (and q rows when sampling)
         ts = time.perf_counter()
-        proposal = drafter.propose(context, k, r.params, rng, r.p_min) if k > 0 else EMPTY
+        guide = self.guide
+        guided = k > 0 and guide is not None and getattr(drafter, "guided", False)
+        if guided:  # the drafter samples from masked rows: its q is the constrained q
+            proposal = cast(GuidedDrafter, drafter).propose(context, k, r.params, rng, r.p_min, guide=guide)
+        else:
+            proposal = drafter.propose(context, k, r.params, rng, r.p_min) if k > 0 else EMPTY
+        if guide is not None:  # drafts the grammar refuses are cut before the verify
+            proposal = guide.follow(proposal, guided)
         # 2. verify: one target forward over [last, d_1..d_k], logits for every row
         tv = time.perf_counter()
         logits = target.decode([context[-1], *proposal.tokens], all_logits=True)  # [k+1, V]
+        if guide is not None:  # p_i := the target's distribution under the mask after d_1..d_i
+            logits = guide.mask_rows(logits[:, : self.acceptor.n_vocab])
         # 3. accept: the rule of kernels/reference.py, on the chosen backend
         ta = time.perf_counter()
         result = self.acceptor.accept(logits, proposal, r.params, rng)
         te = time.perf_counter()
-        # 4. commit, and roll both caches back to the committed tokens
+        # 4. commit, and roll both caches (and the grammar) back to the committed tokens
         context.extend(result.tokens)
+        if guide is not None:
+            guide.commit(result.num_accepted, result.tokens[-1])
         caches: list[tuple[KVCache, bool]] = [
             (d.kv_cache, d is drafter and k > 0) for d in self.policy.drafters if d.kv_cache is not None
         ]
@@ -138,4 +154,6 @@ class StepLoop:
             s.t_decode_target_s = self.target.t_decode_s - self._dec_t0
             if self._draft_model is not None:
                 s.t_decode_draft_s = self._draft_model.t_decode_s - self._dec_d0
+        if self.guide is not None:
+            s.t_mask_s, s.num_masks = self.guide.mask_seconds, self.guide.num_masks
         return self.emitter.final(reason, source, self.num_steps)

@@ -47,6 +47,10 @@ class SpecStats:
     """Seconds inside llama_decode on the target during the loop."""
     t_decode_draft_s: float = 0.0
     """Seconds inside llama_decode on the drafter during the loop."""
+    t_mask_s: float = 0.0
+    """Seconds computing grammar masks (constrained requests; engine/constraint.py)."""
+    num_masks: int = 0
+    """Grammar masks computed (one per verify row and per guided draft position)."""
     kernel: str = ""
     numerics: str = ""
     """Numerics mode the target ran in (exact / fast, see types.NUMERICS_MODES)."""
@@ -128,7 +132,7 @@ class SpecStats:
             "num_steps", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_output_tokens",
             "num_generated_tokens", "num_prompt_tokens", "num_cached_prompt_tokens", "num_requests",
             "t_prefill_s", "t_draft_s", "t_verify_s", "t_accept_s", "t_generate_s",
-            "t_decode_target_s", "t_decode_draft_s",
+            "t_decode_target_s", "t_decode_draft_s", "t_mask_s", "num_masks",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for dst, src in ((self.drafted_per_position, other.drafted_per_position),

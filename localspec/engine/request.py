@@ -7,11 +7,14 @@ and the engine's limits, never the Engine itself.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from localspec.engine.backend import Tokenizer
-from localspec.engine.chat import render_chat
+from localspec.engine.chat import render_chat, supports_tools
+from localspec.engine.constraint import compile_grammar
 from localspec.errors import ContextOverflowError, InvalidRequestError
 from localspec.types import (
     DRAFTER_KINDS,
@@ -33,6 +36,8 @@ class Limits:
     """γ when the request gives none."""
     drafters: frozenset[str] = frozenset({"ngram"})
     """Names of the drafters the engine offers (besides "none" and "adaptive")."""
+    target_name: str = "the target"
+    """For messages."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class PreparedRequest:
     """One of DRAFTER_KINDS."""
     gamma: int
     p_min: float
+    grammar: str | None = None
+    """The compiled llguidance grammar the output must match (engine/constraint.py), or None."""
 
 
 def prompt_text(tokenizer: Tokenizer, request: GenerationRequest) -> str:
@@ -56,16 +63,18 @@ def prompt_text(tokenizer: Tokenizer, request: GenerationRequest) -> str:
     if request.messages is None:
         assert request.prompt is not None
         return request.prompt
-    return chat_text(tokenizer, request.messages, request.add_generation_prompt)
+    tools = None if request.tools is None else json.loads(request.tools)
+    return chat_text(tokenizer, request.messages, request.add_generation_prompt, tools)
 
 
 def chat_text(
-    tokenizer: Tokenizer, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True
+    tokenizer: Tokenizer, messages: tuple[ChatMessage, ...] | list[ChatMessage], add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """`messages` rendered with the tokenizer's own chat template."""
+    """`messages` (and `tools`) rendered with the tokenizer's own chat template."""
     return render_chat(
         tokenizer.chat_template, messages, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
-        add_generation_prompt=add_generation_prompt,
+        add_generation_prompt=add_generation_prompt, tools=tools,
     )
 
 
@@ -84,8 +93,11 @@ def _check_text(r: GenerationRequest) -> None:
     which no tokenizer can encode."""
     fields: list[tuple[str, object]] = [("prompt", r.prompt)]
     for i, m in enumerate(r.messages or ()):
-        fields += [(f"messages.{i}.role", m.role), (f"messages.{i}.content", m.content)]
+        fields += [(f"messages.{i}.role", m.role), (f"messages.{i}.content", m.content),
+                   (f"messages.{i}.tool_call_id", m.tool_call_id), (f"messages.{i}.name", m.name)]
+        fields += [(f"messages.{i}.tool_calls", t) for c in m.tool_calls for t in (c.id, c.name, c.arguments)]
     fields += [(f"stop.{i}", s) for i, s in enumerate(r.stop)]
+    fields += [("tools", r.tools), ("response_format", r.constraint.source if r.constraint else None)]
     for name, value in fields:
         if isinstance(value, str):
             try:
@@ -127,6 +139,11 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
             raise InvalidRequestError(
                 "drafter 'model' needs a draft model: load one with -md/--model-draft", param="drafter"
             )
+        if r.drafter == "mtp":
+            raise InvalidRequestError(
+                f"drafter 'mtp' needs a target with multi-token-prediction (nextn) layers, and "
+                f"{limits.target_name} has none: use --drafter model with -md, or ngram", param="drafter"
+            )
         raise InvalidRequestError(
             f"drafter {r.drafter!r} is not available for the loaded models "
             f"(available: {', '.join(sorted(limits.drafters | {'none', 'adaptive'}))})", param="drafter"
@@ -138,6 +155,22 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
     if len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) for s in stop):
         raise InvalidRequestError(f"stop must be at most {MAX_STOP_STRINGS} strings", param="stop")
     _check_text(r)
+    if r.tools is not None:
+        if r.messages is None:
+            raise InvalidRequestError("tools need messages (a chat), not a raw prompt", param="tools")
+        try:
+            tools = json.loads(r.tools)
+        except ValueError:
+            tools = None
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise InvalidRequestError("tools must be the JSON text of a list of tool objects", param="tools")
+        if not supports_tools(tokenizer.chat_template):
+            name = getattr(tokenizer, "name", "the loaded model")
+            raise InvalidRequestError(
+                f"{name}'s chat template has no tool support (it does not render `tools`); send the request "
+                "without tools, or serve a model whose template does (e.g. Qwen2.5)", param="tools",
+            )
+    grammar = None if r.constraint is None else compile_grammar(r.constraint)
     tokens = tokenizer.tokenize(prompt_text(tokenizer, r), add_special=True, parse_special=True)
     if not tokens:
         raise InvalidRequestError("the prompt is empty after tokenization", param="prompt")
@@ -155,4 +188,5 @@ def prepare(request: GenerationRequest, tokenizer: Tokenizer, limits: Limits) ->
         drafter=r.drafter,
         gamma=gamma,
         p_min=p_min,
+        grammar=grammar,
     )

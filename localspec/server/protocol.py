@@ -2,21 +2,23 @@
 `GenerationRequest` (vLLM's `to_sampling_params` pattern).
 
 Requests allow extra fields (the OpenAI API does, and clients send many); the ones that
-change the meaning of a reply and cannot be honoured (`n > 1`, `logprobs`, `tools`,
-`response_format`, `echo`, `best_of`, `suffix`, `logit_bias`) are rejected with a 400
+change the meaning of a reply and cannot be honoured (`n > 1`, `logprobs`, `echo`, `best_of`,
+`suffix`, `logit_bias`) are rejected with a 400
 naming the field; the rest are logged as ignored. Types are strict: `"max_tokens": "10"`
 is an error, as on OpenAI.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from localspec.server.errors import APIError
-from localspec.types import MAX_STOP_STRINGS, ChatMessage, GenerationRequest
+from localspec.server.tools import call_grammar, chosen, tool_format
+from localspec.types import MAX_STOP_STRINGS, ChatMessage, Constraint, GenerationRequest, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,9 @@ class ChatMessageParam(OpenAIBaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def to_chat_message(self, index: int) -> ChatMessage:
         """The engine's ChatMessage (content parts joined, null content as empty)."""
@@ -70,13 +75,23 @@ class ChatMessageParam(OpenAIBaseModel):
                     )
                 texts.append(part.text)
             content = "".join(texts)
+        calls = tuple(self._tool_call(index, j, c) for j, c in enumerate(self.tool_calls or []))
         if content is None:
             if self.role != "assistant":
                 raise APIError(400, f"messages[{index}].content is required for role {self.role!r}",
                                param=f"messages.{index}.content", code="invalid_value")
             content = ""
         role = "system" if self.role == "developer" else self.role
-        return ChatMessage(role, content)
+        return ChatMessage(role, content, calls, self.tool_call_id, self.name)
+
+    @staticmethod
+    def _tool_call(index: int, j: int, call: dict[str, Any]) -> ToolCall:
+        fn = call.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise APIError(400, f"messages[{index}].tool_calls[{j}] needs function.name",
+                           param=f"messages.{index}.tool_calls.{j}.function", code="invalid_value")
+        args = fn.get("arguments", "{}")
+        return ToolCall(str(call.get("id", "")), fn["name"], args if isinstance(args, str) else json.dumps(args))
 
 
 class _SamplingFields(OpenAIBaseModel):
@@ -97,7 +112,7 @@ class _SamplingFields(OpenAIBaseModel):
     presence_penalty: float | None = None
     # localspec extras
     top_k: int | None = Field(None, ge=0, description="Keep the k most likely tokens; 0 = off.")
-    drafter: str | None = Field(None, description="adaptive | model | ngram | eagle3 | dflash | dspark | none.")
+    drafter: str | None = Field(None, description="adaptive | model | ngram | mtp | eagle3 | dflash | dspark | none.")
     gamma: int | None = Field(None, ge=0, description="Draft length γ (maximum for adaptive).")
     num_speculative_tokens: int | None = Field(None, ge=0, description="vLLM's name for gamma.")
     p_min: float | None = Field(None, ge=0.0, lt=1.0)
@@ -158,6 +173,28 @@ class _SamplingFields(OpenAIBaseModel):
         )
 
 
+def response_constraint(response_format: dict[str, Any] | None) -> Constraint | None:
+    """`response_format` as the engine's Constraint: `text` (none), `json_object`, or
+    `json_schema` (`{"json_schema": {"name", "schema", "strict"}}`; the schema is enforced
+    whether or not `strict` is set). 400 for anything else."""
+    if response_format is None:
+        return None
+    fmt = response_format.get("type", "text")
+    if fmt == "text":
+        return None
+    if fmt == "json_object":
+        return Constraint("json_object")
+    if fmt == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, (dict, bool)):
+            raise APIError(400, "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                           param="response_format.json_schema.schema", code="invalid_value")
+        return Constraint("json_schema", json.dumps(schema))
+    raise APIError(400, f"response_format type {fmt!r} is not supported (text, json_object or json_schema)",
+                   param="response_format.type", code="unsupported_value")
+
+
 class ChatCompletionRequest(_SamplingFields):
     """`POST /v1/chat/completions`."""
 
@@ -169,21 +206,32 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = None
 
     def to_generation_request(self, *, n_ctx: int, default_max_tokens: int | None = None,
-                              default_temperature: float = 1.0, default_drafter: str = "adaptive") -> GenerationRequest:
-        """The engine request; raises APIError (400) for what localspec cannot honour."""
-        if self.tools and self.tool_choice != "none":
-            raise APIError(400, "tool calling is not supported by localspec; send the request without `tools`",
-                           param="tools", code="unsupported_value")
-        fmt = (self.response_format or {}).get("type", "text")
-        if fmt != "text":
-            raise APIError(400, f"response_format {fmt!r} is not supported (only 'text')",
-                           param="response_format", code="unsupported_value")
+                              default_temperature: float = 1.0, default_drafter: str = "adaptive",
+                              chat_template: str | None = None) -> GenerationRequest:
+        """The engine request; raises APIError (400) for what localspec cannot honour.
+        `chat_template` (the served model's) picks the tool-call syntax (server/tools.py)."""
+        constraint = response_constraint(self.response_format)
+        tools_json = None
+        if self.tools:
+            choice, functions = chosen(self.tools, self.tool_choice)
+            if choice != "none":
+                tools_json = json.dumps(self.tools)
+            if choice == "required":
+                fmt = tool_format(chat_template)
+                if fmt is None:
+                    raise APIError(400, "tool_choice 'required' or a named function needs a model whose "
+                                   "tool-call syntax localspec knows (Qwen/Hermes, Mistral, Llama 3); use 'auto'",
+                                   param="tool_choice", code="unsupported_value")
+                if constraint is not None:
+                    raise APIError(400, "response_format cannot be combined with a forced tool call",
+                                   param="response_format", code="unsupported_value")
+                constraint = call_grammar(fmt, functions)
         if self.top_logprobs:
             raise APIError(400, "top_logprobs is not supported", param="top_logprobs", code="unsupported_value")
         messages = tuple(m.to_chat_message(i) for i, m in enumerate(self.messages))
         common = self._common(n_ctx=n_ctx, default_max_tokens=default_max_tokens,
                               default_temperature=default_temperature, default_drafter=default_drafter)
-        return GenerationRequest(messages=messages, **common)
+        return GenerationRequest(messages=messages, constraint=constraint, tools=tools_json, **common)
 
 
 class CompletionRequest(_SamplingFields):

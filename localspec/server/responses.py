@@ -13,7 +13,7 @@ from typing import Any
 
 from localspec.engine import SpecStats
 
-FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop"}
+FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 """Engine finish reason -> OpenAI's. "cancelled" only reaches a client when the server
 itself stops a generation (shutdown); a client that disconnected sees nothing."""
 

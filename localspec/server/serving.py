@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import Request
@@ -32,6 +32,7 @@ from localspec.server.metrics import ServerMetrics
 from localspec.server.protocol import ChatCompletionRequest, CompletionRequest
 from localspec.server.scheduler import GenerationQueue, Relay
 from localspec.server.settings import ServerSettings
+from localspec.server.tools import ToolCallParser, ToolFormat, parse_reply, tool_format
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,10 @@ class Serving:
         t0 = time.perf_counter()
         model = self.resolve_model(req.model)
         s = self.settings
+        kw = {"chat_template": self.engine.chat_template} if isinstance(req, ChatCompletionRequest) else {}
         greq = req.to_generation_request(n_ctx=self.engine.info.n_ctx, default_max_tokens=s.default_max_tokens,
                                          default_temperature=s.default_temperature,
-                                         default_drafter=s.default_drafter)
+                                         default_drafter=s.default_drafter, **kw)
         try:
             generation = await run_in_threadpool(self.engine.generate, greq)  # eager validation
         except LocalSpecError as exc:
@@ -169,10 +171,19 @@ class Serving:
         assert isinstance(req, ChatCompletionRequest)
         gen, model, _ = await self._admit(req)
         rid, created = R.new_id("chatcmpl"), R.now()
+        fmt = tool_format(self.engine.chat_template) if req.tools and req.tool_choice != "none" else None
         if req.stream:
-            return self._sse(self._chat_stream(gen, rid, created, model, req.include_usage))
+            return self._sse(self._chat_stream(gen, rid, created, model, req.include_usage, fmt))
         text, n = await self._collect(request, gen)
-        return JSONResponse(R.chat_completion(rid, created, model, text, gen.finish_reason, gen.stats, n))
+        body = R.chat_completion(rid, created, model, text, gen.finish_reason, gen.stats, n)
+        if fmt is not None:
+            content, calls = parse_reply(fmt, text)
+            if calls:
+                choice = body["choices"][0]
+                choice["message"] = {"role": "assistant", "content": content, "tool_calls": calls}
+                if gen.finish_reason == "stop":
+                    choice["finish_reason"] = "tool_calls"
+        return JSONResponse(body)
 
     async def completion(self, request: Request) -> Any:
         """POST /v1/completions."""
@@ -214,17 +225,39 @@ class Serving:
                 gen.cancel()
 
     def _chat_stream(self, gen: Relay, rid: str, created: int, model: str,
-                     include_usage: bool) -> AsyncIterator[bytes]:
+                     include_usage: bool, fmt: ToolFormat | None = None) -> AsyncIterator[bytes]:
+        parser = ToolCallParser(fmt) if fmt is not None else None
+
+        def deltas(events: Any) -> Iterator[dict[str, Any]]:
+            for e in events:
+                if e[0] == "content":
+                    if e[1]:
+                        yield {"content": e[1]}
+                elif e[0] == "call":
+                    yield {"tool_calls": [{"index": e[1], "id": e[2], "type": "function",
+                                           "function": {"name": e[3], "arguments": ""}}]}
+                elif e[1:] and e[2]:
+                    yield {"tool_calls": [{"index": e[1], "function": {"arguments": e[2]}}]}
+
         async def chunks() -> AsyncIterator[str]:
             yield _dumps(R.chat_chunk(rid, created, model, {"role": "assistant", "content": ""}))
             n = 0
             async for batch in gen.batches():
                 n += sum(ev.token_id >= 0 for ev in batch)
                 text = "".join(ev.text for ev in batch)
-                if text:
+                if text and parser is None:
                     yield _dumps(R.chat_chunk(rid, created, model, {"content": text}))
+                elif text and parser is not None:
+                    for delta in deltas(parser.feed(text)):
+                        yield _dumps(R.chat_chunk(rid, created, model, delta))
+            reason = gen.finish_reason or "stop"
+            if parser is not None:
+                for delta in deltas(parser.finish()):
+                    yield _dumps(R.chat_chunk(rid, created, model, delta))
+                if parser.calls and reason == "stop":
+                    reason = "tool_calls"
             extra = {} if include_usage else {"speculative": R.speculative(gen.stats)}
-            yield _dumps(R.chat_chunk(rid, created, model, {}, gen.finish_reason or "stop", **extra))
+            yield _dumps(R.chat_chunk(rid, created, model, {}, reason, **extra))
             if include_usage:
                 yield _dumps(R.usage_chunk("chat.completion.chunk", rid, created, model, gen.stats, n))
 

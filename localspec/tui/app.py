@@ -92,7 +92,8 @@ class LocalSpecApp(App[None]):
         """How to load `path` with this session's flags (-ngl/-ngld, -c, -t, -fa, numerics)."""
         s = self.settings
         return ModelSpec(path, n_gpu_layers=s.n_gpu_layers_draft if draft else s.n_gpu_layers, n_ctx=s.n_ctx,
-                         n_threads=s.n_threads, flash_attn=s.flash_attn, numerics=self.numerics)
+                         n_threads=s.n_threads, flash_attn=s.flash_attn, numerics=self.numerics,
+                         rpc=() if draft else s.rpc)
 
     def current_target_path(self) -> str | None:
         """Path of the loaded target, when the app knows it."""

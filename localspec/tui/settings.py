@@ -25,6 +25,8 @@ class ChatSettings:
     max_tokens: int = 512
     show_accepted: bool = True
     """Colour the tokens that came from accepted drafts in the transcript."""
+    json_schema: str | None = None
+    """Every reply must match this JSON schema (its JSON text; `tui --json-schema FILE`)."""
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTER_KINDS:
@@ -53,6 +55,8 @@ class TuiSettings:
     """How the models compute (`--numerics`), one of NUMERICS_MODES; the settings dialog changes it."""
     kernel: str | None = None
     """Acceptance backend; None = LOCALSPEC_KERNEL or auto."""
+    rpc: tuple[str, ...] = ()
+    """RPC workers for the target's offloaded layers (`--rpc`)."""
     auto_load: bool = True
     """Load `target`/`draft` (or the default pair) at start when no engine is given."""
     added_paths: tuple[str, ...] = ()

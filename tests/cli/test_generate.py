@@ -50,3 +50,29 @@ def test_missing_model_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_usage_error_exits_2() -> None:
     assert main(["generate", "--no-such-flag"]) == 2
+
+
+def test_bad_json_schema_file_is_refused_before_loading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text('{"type": "object", "properties": {"a": {"type": "strnig"}}}')
+    code = main(["generate", "-m", str(tmp_path / "missing.gguf"), "-md", "none", "-p", "x", "--json-schema", str(schema)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "strnig" in err and "not found" not in err  # the schema is checked before the model is looked for
+
+
+@pytest.mark.models
+def test_generate_with_a_json_schema_prints_valid_json(smollm2_path: Path, tmp_path: Path) -> None:
+    import json
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "year": {"type": "integer"}},
+              "required": ["name", "year"], "additionalProperties": False}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(schema))
+    result = CliRunner().invoke(_register_all(), [
+        "generate", "-m", str(smollm2_path), "-md", str(smollm2_path), "-p", "Python was released by Guido in",
+        "--chat", "-n", "48", "--drafter", "model", "--json-schema", str(path), "-c", "512",
+    ])
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.stdout)
+    assert set(obj) == {"name", "year"} and isinstance(obj["year"], int)

@@ -150,3 +150,24 @@ class TestChatScreen:
         assert app.return_code == 0
         assert slow_engine.stats().finish_reason == "cancelled"
         assert not slow_engine.busy
+
+
+async def test_chat_with_a_json_schema_replies_json() -> None:
+    """`tui --json-schema`: the fake model would write prose; every reply is the schema's JSON."""
+    import json
+    from dataclasses import replace
+
+    from localspec.engine.fake import FakeBackend
+
+    script = 'Sure! {"city": "Paris", "days": 3} and more prose.'
+    engine = Engine(FakeBackend(script), FakeBackend(script, error_rate=0.2, seed=1))
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+              "required": ["city", "days"], "additionalProperties": False}
+    settings = replace(SETTINGS, chat=ChatSettings(json_schema=json.dumps(schema), max_tokens=60))
+    app = make_app(engine, settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        await send(pilot, "trip")
+        await wait_for(pilot, lambda: len(screen.history) == 2 and screen.generating is None)
+        reply = json.loads(screen.history[-1].content)
+        assert set(reply) == {"city", "days"} and isinstance(reply["days"], int)

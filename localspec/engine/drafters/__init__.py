@@ -2,6 +2,7 @@
 
 - `model.ModelDrafter`: a small GGUF with the target's tokenizer.
 - `ngram.PromptLookupDrafter`: continuations found in the context (prompt lookup), no q.
+- `mtp.MtpDrafter`: the target's own multi-token-prediction (nextn) layers.
 - `eagle3.Eagle3Drafter`, `dflash.DFlashDrafter` (also DSpark): heads that read the target's
   hidden states through a native driver (`features.FeatureDraftModel`).
 - `base.NoDrafter`: plain decoding.
@@ -18,10 +19,11 @@ from localspec.engine.drafters.dflash import DFlashDrafter
 from localspec.engine.drafters.eagle3 import Eagle3Drafter
 from localspec.engine.drafters.features import FeatureDraftModel
 from localspec.engine.drafters.model import ModelDrafter
+from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.drafters.ngram import PromptLookupDrafter
 
 __all__ = ["EMPTY", "DFlashDrafter", "DraftProposal", "Drafter", "Eagle3Drafter", "FeatureDraftModel", "ModelDrafter",
-           "NoDrafter", "PromptLookupDrafter", "hidden_drafter", "offered"]
+           "MtpDrafter", "NoDrafter", "PromptLookupDrafter", "hidden_drafter", "offered"]
 
 
 def hidden_drafter(kind: str, model: FeatureDraftModel, n_vocab: int) -> Drafter:
@@ -40,7 +42,8 @@ def offered(
     features: tuple[str, FeatureDraftModel] | None = None,
 ) -> dict[str, Drafter]:
     """Every drafter an engine with these models can use, by name: prompt lookup always, the
-    draft model when there is one (`n_vocab`: the columns target and drafter share), and a
+    draft model when there is one (`n_vocab`: the columns target and drafter share), the
+    target's own MTP layers when it has some (`n_layer_nextn`, llama.cpp targets), and a
     hidden-state drafter when `features` gives its (kind, driver)."""
     drafters: dict[str, Drafter] = {}
     if draft is not None:
@@ -49,4 +52,8 @@ def offered(
         kind, model = features
         drafters[kind] = hidden_drafter(kind, model, n_vocab)
     drafters["ngram"] = PromptLookupDrafter()
+    if getattr(target, "n_layer_nextn", 0) > 0:
+        from localspec.engine.llama.mtp import mtp_head
+
+        drafters["mtp"] = MtpDrafter(mtp_head(target), n_vocab)
     return drafters

@@ -85,6 +85,10 @@ class DFlashDrafter:
     def observe(self, context: Sequence[int]) -> None:
         """Nothing to do: the rollback already dropped the rejected positions' features."""
 
+    def close(self) -> None:
+        """Free its native model and context (the engine calls it before freeing the target)."""
+        self.model.close()
+
     def pending(self, context: Sequence[int]) -> int:
         """Feature rows to inject plus the block of the last proposal (its one decode)."""
         return self.model.pending_rows() + self._last_k + 1

@@ -78,6 +78,10 @@ class Eagle3Drafter:
     def observe(self, context: Sequence[int]) -> None:
         """Nothing to do: the rollback already dropped the rejected positions' features."""
 
+    def close(self) -> None:
+        """Free its native model and context (the engine calls it before freeing the target)."""
+        self.model.close()
+
     def pending(self, context: Sequence[int]) -> int:
         """Captured positions the head has not encoded yet (at least the seed position)."""
         return max(1, self.model.pending_rows())

@@ -9,6 +9,7 @@ import numpy as np
 
 from localspec.engine import cache
 from localspec.engine.backend import KVCache, ModelBackend
+from localspec.engine.constraint import Guide
 from localspec.engine.drafters.base import EMPTY, DraftProposal
 from localspec.kernels.reference import probs_from_logits, sample_from_weights
 from localspec.types import MAX_GAMMA, SamplingParams
@@ -50,10 +51,16 @@ class ModelDrafter:
         if n > 0:
             self.decode_log.append((n, self.backend.t_decode_s - t0))
 
+    guided = True
+    """`propose` takes `guide=` (engine/constraint.py): drafts from grammar-masked rows."""
+
     def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+        *, guide: Guide | None = None,
     ) -> DraftProposal:
-        """Greedy or sampled drafts; stops early when its own probability < p_min."""
+        """Greedy or sampled drafts; stops early when its own probability < p_min. With a
+        `guide`, every row is masked by the grammar first (so q is the constrained q) and each
+        draft advances the guide; drafting stops where the guide refuses (end of the grammar)."""
         if k <= 0:
             return EMPTY
         k = min(k, MAX_GAMMA)
@@ -68,6 +75,8 @@ class ModelDrafter:
         log.append((len(pending), b.t_decode_s - t0))
         tokens: list[int] = []
         for i in range(k):
+            if guide is not None:
+                row = guide.mask_row(row)
             if params.greedy:
                 tok = int(np.argmax(row))
                 if p_min > 0.0:
@@ -81,6 +90,8 @@ class ModelDrafter:
                 if p_min > 0.0 and q[tok] < p_min:
                     break
                 self._rows[i] = row  # the one copy: the next decode overwrites `row`
+            if guide is not None and not guide.push(tok):
+                break
             tokens.append(tok)
             if i + 1 < k:
                 t0 = b.t_decode_s

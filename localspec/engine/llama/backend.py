@@ -1,8 +1,15 @@
 """`LlamaCppBackend`: one GGUF on llama.cpp through llama-cpp-python's low-level API.
 
-The only module that imports `llama_cpp`. It owns the model, the context, one reusable
-`llama_batch`, and the record of which tokens the KV cache holds, so rollback
-(`llama_memory_seq_rm`) never leaks into the loop.
+It owns the model, the context, one reusable `llama_batch`, and the record of which tokens
+the cache holds, so rollback never leaks into the loop.
+
+Rollback by memory kind (`memory_kind`, from the model): a KV cache drops a suffix with
+`llama_memory_seq_rm`. A recurrent or hybrid model's state has no per-position entries;
+where llama.cpp keeps per-token snapshots of it (`n_rs_seq`: Qwen3.5, Nemotron-H, LFM2,
+GLM-5-Next, ...), `llama_memory_seq_rm` steps back up to that many tokens of the last
+decode, once per decode. Elsewhere the recurrent part of the state is saved before every verify batch
+(`llama_state_seq_get_data_ext`, PARTIAL_ONLY) and a rejection restores it and decodes the
+kept rows again. Any other drop is re-evaluation: clear the memory, decode the kept tokens.
 """
 
 from __future__ import annotations
@@ -14,15 +21,24 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from localspec.engine.llama import rpc
 from localspec.engine.numerics import TILED_MM_ENV, NumericsPlan, plan_numerics
 from localspec.errors import ContextOverflowError, DecodeError, ModelLoadError, ModelNotFoundError
 from localspec.hardware import cpu_has_amx
 from localspec.types import ModelSpec
+
+_PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: the recurrent (or SWA) part of a sequence's state
+
+RS_SNAPSHOTS = 8
+"""Recurrent-state snapshots kept per sequence for hybrid/recurrent rollback (`n_rs_seq`):
+a rejection of up to this many draft tokens rolls back natively; each costs one copy of
+the recurrent state in memory."""
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +108,38 @@ def numerics_plan(numerics: str, *, on_gpu: bool, flash_attn: bool | None) -> Nu
 
 
 def gpu_offload_supported() -> bool:
-    """True when this llama.cpp build can offload layers to a GPU."""
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """True when this machine has a GPU this llama.cpp build can offload layers to. Not
+    llama_supports_gpu_offload(): a build with the RPC backend says true without a GPU."""
+    _ensure_backend()
+    return rpc.has_local_gpu()
+
+
+def _ext() -> Any:
+    """llama-cpp-python's bindings of libllama's nextn functions (a private module of the binding)."""
+    try:
+        from llama_cpp import llama_cpp_ext
+    except ImportError as e:  # a binding without them
+        raise ModelLoadError(
+            f"this llama-cpp-python ({llama_cpp_version()}) does not bind the nextn (MTP) functions; "
+            "install llama-cpp-python 0.3.36"
+        ) from e
+    return llama_cpp_ext
+
+
+def _nextn_rows(ctx: Any, n: int, n_embd: int) -> npt.NDArray[np.float32]:
+    """The last decode's hidden rows [n, n_embd] (a view into llama.cpp's buffer)."""
+    ptr = _ext().llama_get_embeddings_nextn(ctx)
+    if not ptr:
+        raise DecodeError("llama.cpp returned no nextn hidden states for the target")
+    return np.ctypeslib.as_array(ptr, shape=(n, n_embd))
 
 
 class LlamaCppBackend:
     """A GGUF model with its own context (one sequence), batch and token record."""
 
-    def __init__(self, spec: ModelSpec, *, n_outputs_max: int = 64) -> None:
+    def __init__(
+        self, spec: ModelSpec, *, n_outputs_max: int = 64, rs_snapshots: int = RS_SNAPSHOTS, checkpoint: bool = True
+    ) -> None:
         if not os.path.isfile(spec.path):
             raise ModelNotFoundError(
                 f"model file not found: {spec.path}. See `localspec models list`, or "
@@ -110,7 +150,11 @@ class LlamaCppBackend:
         self.name = spec.display_name
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = spec.n_gpu_layers if spec.n_gpu_layers >= 0 else 999
-        on_gpu = spec.n_gpu_layers != 0 and gpu_offload_supported()
+        self._devices = self._offload_devices(spec)
+        if self._devices is not None:
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        # RPC workers run localspec's CPU backend (`localspec worker`): CPU numerics
+        on_gpu = spec.n_gpu_layers != 0 and not spec.rpc and gpu_offload_supported()
         plan = numerics_plan(spec.numerics, on_gpu=on_gpu, flash_attn=spec.flash_attn)
         if plan.mode != spec.numerics:
             log.warning("%s: exact numerics cannot be ensured here (%s); running as 'fast': greedy "
@@ -119,6 +163,7 @@ class LlamaCppBackend:
         self.numerics = plan.mode
         """The numerics mode that really runs (see engine/numerics.py)."""
         mparams.use_extra_bufts = plan.use_extra_bufts
+        mparams.load_mtp = True  # a model's nextn (MTP) layers, if any, can then draft (engine/llama/mtp.py)
         self._model = llama_cpp.llama_model_load_from_file(spec.path.encode(), mparams)
         if not self._model:
             raise ModelLoadError(
@@ -127,6 +172,14 @@ class LlamaCppBackend:
             )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.n_embd = int(llama_cpp.llama_model_n_embd(self._model))
+        self.n_layer_nextn = int(llama_cpp.llama_model_n_layer_nextn(self._model))
+        """The model's MTP (nextn) layers: > 0 means it can draft for itself."""
+        self.memory_kind = (
+            "recurrent" if llama_cpp.llama_model_is_recurrent(self._model)
+            else "hybrid" if llama_cpp.llama_model_is_hybrid(self._model) else "kv"
+        )
+        """`kv` (attention only), `hybrid` (attention + recurrent layers) or `recurrent`."""
         n_threads = spec.n_threads or _physical_cores()
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = spec.n_ctx
@@ -141,6 +194,9 @@ class LlamaCppBackend:
                 llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if plan.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
             )
         cparams.op_offload = plan.op_offload
+        if self.memory_kind != "kv":
+            cparams.n_rs_seq = rs_snapshots  # llama.cpp clamps it to 0 where the arch has none
+        self._cparams = cparams
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -149,6 +205,19 @@ class LlamaCppBackend:
                 "try a smaller context (-c) or fewer GPU layers (-ngl)."
             )
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.memory_kind != "kv" else 0
+        """How many tokens of its last decode a recurrent/hybrid model can step back natively."""
+        self._last_decode_n = 0
+        self._rollback_pending = False
+        self._checkpoint = checkpoint and self.memory_kind != "kv" and self.n_rs_seq == 0
+        """Save the recurrent state before each verify batch (where llama.cpp keeps no snapshots)."""
+        self._snap = (ctypes.c_uint8 * 0)()
+        self._snap_size = 0
+        self._snap_pos: int | None = None
+        self.num_reevaluated = 0
+        """Tokens decoded again because the memory could not drop a suffix (recurrent fallback)."""
+        self.hidden: npt.NDArray[np.float32] | None = None
+        """[n_ctx, n_embd] the hidden state (nextn input) of every position, once `keep_hidden()`."""
         self.n_batch = spec.n_batch
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
@@ -173,6 +242,19 @@ class LlamaCppBackend:
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         self._chat_template = tmpl.decode("utf-8", "replace") if tmpl else None
 
+    @staticmethod
+    def _offload_devices(spec: ModelSpec) -> ctypes.Array[ctypes.c_void_p] | None:
+        """The NULL-terminated device list for llama_model_params: the RPC workers of `spec`;
+        a model without `rpc` in a process that registered workers gets the local GPUs only
+        (llama.cpp would otherwise offload to every registered device); None: llama.cpp's default."""
+        if spec.rpc:
+            handles = rpc.connect(spec.rpc)
+        elif rpc.any_connected():
+            handles = rpc.local_gpu_handles()
+        else:
+            return None
+        return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
+
     # -- KV cache -------------------------------------------------------------------
     @property
     def n_past(self) -> int:
@@ -193,6 +275,12 @@ class LlamaCppBackend:
             )
         if all_logits and n > self.n_batch:
             raise ValueError(f"all_logits needs at most n_batch={self.n_batch} tokens, got {n}")
+        if self._checkpoint:
+            # a verify batch may be rolled back: keep the recurrent state from before it
+            if all_logits and self.tokens:
+                self._save_recurrent()
+            else:
+                self._snap_pos = None
         batch = self._batch
         n_out = 0
         for start in range(0, n, self.n_batch):
@@ -211,7 +299,11 @@ class LlamaCppBackend:
             n_out = len(chunk) if all_logits else 1
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, batch)
+            if rc == 0 and self.hidden is not None:
+                h = _nextn_rows(self._ctx, len(chunk), self.n_embd)
+                self.hidden[pos0 : pos0 + len(chunk)] = h
             self.t_decode_s += time.perf_counter() - t0
+            self._last_decode_n, self._rollback_pending = len(chunk), False
             if rc != 0:
                 # the cache may hold part of the batch now: drop it so `tokens` stays true
                 llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
@@ -228,16 +320,72 @@ class LlamaCppBackend:
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
 
     def truncate(self, n_past: int) -> None:
-        """Drop KV positions >= n_past."""
+        """Drop positions >= n_past (see the module docstring for recurrent/hybrid models)."""
         if n_past >= len(self.tokens):
             return
         n_past = max(0, n_past)
+        back = len(self.tokens) - n_past
+        if self.memory_kind != "kv" and n_past > 0:
+            # a snapshot exists for the states after each of the last decode's tokens but its
+            # last one; llama.cpp does not check that, so step back only within them, once
+            native = not self._rollback_pending and back <= self.n_rs_seq and back < self._last_decode_n
+            if native and llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+                self._rollback_pending = True
+                del self.tokens[n_past:]
+                return
+            if self._snap_pos is not None and self._snap_pos <= n_past:
+                self._restore_recurrent(n_past)
+                return
+            self._reevaluate(n_past)
+            return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
-            # recurrent models cannot drop a suffix: start over rather than keep a lie
-            llama_cpp.llama_memory_clear(self._mem, True)
-            self.tokens.clear()
+            self._reevaluate(n_past)
             return
         del self.tokens[n_past:]
+
+    def _save_recurrent(self) -> None:
+        """Copy the recurrent part of the state (position n_past - 1) to host memory."""
+        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, 0, _PARTIAL_ONLY)
+        if len(self._snap) < size:
+            self._snap = (ctypes.c_uint8 * size)()
+        self._snap_size = llama_cpp.llama_state_seq_get_data_ext(self._ctx, self._snap, size, 0, _PARTIAL_ONLY)
+        self._snap_pos = self.n_past if self._snap_size else None
+
+    def _restore_recurrent(self, n_past: int) -> None:
+        """Back to the saved recurrent state, drop the attention rows after it, and decode
+        the kept rows since it again (a few rows instead of the whole prefix)."""
+        pos = self._snap_pos
+        assert pos is not None
+        again = self.tokens[pos:n_past]
+        self._snap_pos = None
+        if llama_cpp.llama_state_seq_set_data_ext(self._ctx, self._snap, self._snap_size, 0, _PARTIAL_ONLY) == 0:
+            self._reevaluate(n_past)
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, pos, -1):
+            self._reevaluate(n_past)
+            return
+        del self.tokens[pos:]
+        if again:
+            self.num_reevaluated += len(again)
+            self.decode(again)
+
+    def _reevaluate(self, n_past: int) -> None:
+        """Rebuild the state of tokens[:n_past] from scratch (the memory cannot drop the rest)."""
+        keep = self.tokens[:n_past]
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+        self._rollback_pending = False
+        if keep:
+            log.debug("%s: re-evaluating %d tokens to drop %d", self.name, len(keep), n_past)
+            self.num_reevaluated += len(keep)
+            self.decode(keep)
+
+    def keep_hidden(self) -> None:
+        """From now on record every position's hidden state (the input of the nextn layers) in
+        `hidden`; positions < n_past that were decoded before are not recorded."""
+        if self.hidden is None:
+            _ext().llama_set_embeddings_nextn(self._ctx, True, False)  # every row, not only logits rows
+            self.hidden = np.zeros((self.n_ctx, self.n_embd), dtype=np.float32)
 
     # -- tokenizer -----------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

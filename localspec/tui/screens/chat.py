@@ -19,7 +19,7 @@ from localspec.errors import LocalSpecError
 from localspec.tui.messages import GenerationFailed, GenerationFinished, TokensStreamed
 from localspec.tui.widgets.stats_panel import StatsPanel
 from localspec.tui.widgets.transcript import ReplyBox, Transcript
-from localspec.types import ChatMessage, GenerationRequest, TokenSource
+from localspec.types import ChatMessage, Constraint, GenerationRequest, TokenSource
 
 if TYPE_CHECKING:
     from localspec.engine import Engine, Generation
@@ -128,6 +128,7 @@ class ChatScreen(Screen[None]):
         request = GenerationRequest(
             messages=messages, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p,
             seed=s.seed, drafter=s.drafter, gamma=s.gamma,
+            constraint=Constraint("json_schema", s.json_schema) if s.json_schema else None,
         )
         return replace(request, **overrides)  # type: ignore[arg-type]
 

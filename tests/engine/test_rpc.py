@@ -1,0 +1,189 @@
+"""RPC workers: the target's layers on `localspec worker` processes over loopback, the drafter
+local. Greedy output over RPC must equal the local run (workers compute with the same CPU
+kernels in exact numerics); unreachable workers, workers of another protocol version and busy
+workers are clear errors before any weights load."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from localspec.engine.llama import rpc
+from localspec.errors import ModelLoadError
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _FakeWorker:
+    """A TCP server that answers HELLO with a chosen version (or never answers)."""
+
+    def __init__(self, version: tuple[int, int, int] | None) -> None:
+        self.version = version
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.recv(1 + 8 + 24)
+            if self.version is None:
+                time.sleep(5)  # busy: never answers
+                return
+            conn.sendall(struct.pack("<Q", 28) + bytes(self.version) + bytes(25))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_endpoints_are_checked() -> None:
+    assert rpc.parse_endpoint("127.0.0.1:50052") == ("127.0.0.1", 50052)
+    assert rpc.parse_endpoint("[::1]:7000") == ("::1", 7000)
+    for bad in ("127.0.0.1", "host:", ":50052", "host:99999", "host:port"):
+        with pytest.raises(ValueError, match="host:port"):
+            rpc.parse_endpoint(bad)
+
+
+def test_unreachable_worker_is_a_clear_error() -> None:
+    port = _free_port()
+    with pytest.raises(ModelLoadError, match=rf"cannot reach the RPC worker at 127.0.0.1:{port}.*localspec worker"):
+        rpc.probe(f"127.0.0.1:{port}", timeout_s=2)
+
+
+def test_worker_of_another_build_is_refused() -> None:
+    fake = _FakeWorker((rpc.PROTO_VERSION[0] - 1, 0, 0))
+    try:
+        with pytest.raises(ModelLoadError, match="same llama.cpp build"):
+            rpc.probe(fake.endpoint, timeout_s=2)
+    finally:
+        fake.close()
+
+
+def test_busy_worker_times_out_with_a_reason() -> None:
+    fake = _FakeWorker(None)
+    try:
+        with pytest.raises(ModelLoadError, match="serving another client"):
+            rpc.probe(fake.endpoint, timeout_s=0.5)
+    finally:
+        fake.close()
+
+
+def test_worker_refuses_a_network_address_without_the_flag() -> None:
+    from localspec.cli import _register_all
+
+    result = CliRunner().invoke(_register_all(), ["worker", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    assert "--allow-network" in result.output and "authentication" in result.output
+
+
+def test_rpc_flag_is_parsed_for_the_target_only() -> None:
+    from localspec.cli._options import ModelFlags
+
+    flags = ModelFlags(model="t.gguf", model_draft="d.gguf", n_gpu_layers=-1, rpc="127.0.0.1:5,10.0.0.2:6")
+    target, draft = flags.specs()
+    assert target.rpc == ("127.0.0.1:5", "10.0.0.2:6") and draft is not None and draft.rpc == ()
+    import typer
+
+    with pytest.raises(typer.BadParameter, match="host:port"):
+        ModelFlags(model="t.gguf", rpc="10.0.0.2").specs()
+
+
+def test_this_build_has_rpc() -> None:
+    """`make setup` builds llama.cpp with its RPC backend (-DGGML_RPC=ON)."""
+    assert rpc.rpc_supported(), "rebuild llama-cpp-python with `make setup` (LLAMA_CMAKE_ARGS gains -DGGML_RPC=ON)"
+
+
+def test_gpu_offload_check_ignores_rpc() -> None:
+    """An RPC build says llama_supports_gpu_offload() = true on any machine; localspec asks
+    the device list instead."""
+    from localspec.engine.llama.backend import gpu_offload_supported
+
+    local_gpus = [d for d in rpc.devices() if d.kind in ("GPU", "IGPU") and not d.is_rpc]
+    assert gpu_offload_supported() == bool(local_gpus)
+
+
+# -- real workers, real weights ---------------------------------------------------------------
+def _start_worker(port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localspec", "worker", "--port", str(port), "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert f"127.0.0.1:{port}" in line, line
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # listening once a probe answers
+        try:
+            rpc.probe(f"127.0.0.1:{port}", timeout_s=2)
+            return proc
+        except ModelLoadError:
+            time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the worker did not start listening")
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[tuple[str, str]]:
+    ports = (_free_port(), _free_port())
+    procs = [_start_worker(p) for p in ports]
+    yield (f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}")
+    for p in procs:
+        p.terminate()
+        p.wait(10)
+
+
+@pytest.mark.models
+def test_workers_speak_this_builds_protocol(workers: tuple[str, str]) -> None:
+    for endpoint in workers:
+        info = rpc.probe(endpoint)
+        assert info.version == rpc.PROTO_VERSION and info.devices == 1 and info.total_bytes > 0
+
+
+@pytest.mark.models
+def test_greedy_over_two_workers_equals_the_local_run(
+    workers: tuple[str, str], qwen_target_path: Path, qwen_draft_path: Path
+) -> None:
+    from localspec.engine import Engine, GenerationRequest, ModelSpec
+
+    prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+    local = Engine(ModelSpec(str(qwen_target_path), n_ctx=512))
+    try:
+        want = list(local.generate(GenerationRequest(prompt=prompt, max_tokens=24, drafter="none")))
+    finally:
+        local.close()
+    remote = Engine(ModelSpec(str(qwen_target_path), n_ctx=512, n_gpu_layers=-1, rpc=workers),
+                    ModelSpec(str(qwen_draft_path), n_ctx=512))
+    try:
+        assert remote.target.numerics == "exact"
+        for drafter in ("model", "ngram", "none"):
+            got = list(remote.generate(GenerationRequest(prompt=prompt, max_tokens=24, drafter=drafter, gamma=3)))
+            assert "".join(e.text for e in got) == "".join(e.text for e in want), drafter
+        assert len("".join(e.text for e in want)) > 20
+        devices = [d for d in rpc.devices() if d.is_rpc]
+        assert {d.description for d in devices} == set(workers)  # the layers went to both workers
+    finally:
+        remote.close()
+
+
+@pytest.mark.models
+def test_an_unreachable_worker_fails_before_weights_load(qwen_target_path: Path) -> None:
+    from localspec.engine import Engine, ModelSpec
+
+    t0 = time.monotonic()
+    with pytest.raises(ModelLoadError, match="cannot reach the RPC worker"):
+        Engine(ModelSpec(str(qwen_target_path), n_gpu_layers=-1, rpc=(f"127.0.0.1:{_free_port()}",)))
+    assert time.monotonic() - t0 < 10
