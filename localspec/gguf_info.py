@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,9 @@ def _header_reader(path: str) -> Any:
     class HeaderReader(GGUFReader):
         def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
             self.tensors = []
+            self.tensor_dims = {
+                str(bytes(f.parts[1]), encoding="utf-8"): tuple(int(d) for d in f.parts[3]) for f in fields
+            }
 
     return HeaderReader(path)
 
@@ -62,17 +66,23 @@ def vocab_fingerprint(tokens: list[str]) -> str:
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """All scalar/string metadata of a GGUF header (arrays other than tokens omitted)."""
-    info, _ = _read(str(path))
+    info, _, _ = _read(str(path))
     return info
 
 
 def read_tokens(path: str | os.PathLike[str]) -> list[str]:
     """The token texts of a GGUF's tokenizer, in id order."""
-    _, tokens = _read(str(path))
+    _, tokens, _ = _read(str(path))
     return tokens
 
 
-def _read(path: str) -> tuple[dict[str, Any], list[str]]:
+def tensor_dims(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    """Every tensor's name and dimensions (GGUF order: ne[0] first), from the header."""
+    _, _, dims = _read(str(path))
+    return dims
+
+
+def _read(path: str) -> tuple[dict[str, Any], list[str], dict[str, tuple[int, ...]]]:
     p = Path(path)
     if not p.is_file():
         raise ModelNotFoundError(f"GGUF file not found: {path}")
@@ -81,7 +91,7 @@ def _read(path: str) -> tuple[dict[str, Any], list[str]]:
 
 
 @functools.lru_cache(maxsize=8)
-def _read_cached(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], list[str]]:
+def _read_cached(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], list[str], dict[str, tuple[int, ...]]]:
     try:
         reader = _header_reader(path)
     except Exception as exc:  # the gguf package raises ValueError/struct errors on junk
@@ -101,7 +111,7 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], l
         if isinstance(value, list) and len(value) > 64:
             continue
         meta[key] = value
-    return meta, tokens
+    return meta, tokens, dict(getattr(reader, "tensor_dims", {}))
 
 
 def vocab_info(path: str | os.PathLike[str], *, use_cache: bool = True) -> VocabInfo:
@@ -119,7 +129,7 @@ def vocab_info(path: str | os.PathLike[str], *, use_cache: bool = True) -> Vocab
             return _from_json(json.loads(cache_file.read_text()), str(p))
         except (ValueError, KeyError, TypeError):
             log.debug("ignoring unreadable vocab cache %s", cache_file)
-    meta, tokens = _read(str(p))
+    meta, tokens, _ = _read(str(p))
     eog = {int(meta[k]) for k in _EOG_KEYS if isinstance(meta.get(k), int)}
     info = VocabInfo(
         path=str(p),
@@ -178,3 +188,61 @@ def _from_json(d: dict[str, Any], path: str) -> VocabInfo:
         architecture=d["architecture"],
         chat_template=d["chat_template"],
     )
+
+
+HIDDEN_DRAFTER_KINDS = ("eagle3", "dflash", "dspark")
+"""Drafters that read the target's hidden states: EAGLE-3, DFlash, DSpark (DFlash + Markov head)."""
+
+
+@dataclass(frozen=True)
+class HiddenDrafterInfo:
+    """What an EAGLE-3 / DFlash / DSpark drafter GGUF says about the target it was made for."""
+
+    kind: str
+    """One of HIDDEN_DRAFTER_KINDS."""
+    target_layers: tuple[int, ...]
+    """Target layers whose inputs it reads."""
+    target_hidden_size: int | None
+    """Hidden size of the target it was made for."""
+    block_size: int | None
+    """DFlash/DSpark: the trained block size."""
+    d2t_size: int | None
+    """Reduced draft vocabulary: entries of its draft-to-target map (None: the full vocabulary)."""
+    has_confidence_head: bool
+
+
+def hidden_drafter_info(path: str | os.PathLike[str]) -> HiddenDrafterInfo | None:
+    """The drafter facts of a GGUF from its header, or None if it is no hidden-state drafter."""
+    meta, _, dims = _read(str(path))
+    arch = meta.get("general.architecture")
+    if arch not in ("eagle3", "dflash"):
+        return None
+    dspark = arch == "dflash" and "markov_w1.weight" in dims
+    layers = meta.get(f"{arch}.target_layers") or []
+    hidden = meta.get("eagle3.target_hidden_size") if arch == "eagle3" else meta.get("dflash.embedding_length")
+    d2t = dims.get("d2t")
+    return HiddenDrafterInfo(
+        kind="dspark" if dspark else str(arch),
+        target_layers=tuple(int(x) for x in layers) if isinstance(layers, list) else (),
+        target_hidden_size=int(hidden) if isinstance(hidden, int) else None,
+        block_size=_opt_int(meta.get("dflash.block_size")),
+        d2t_size=int(d2t[0]) if d2t else None,
+        has_confidence_head=dspark and "conf_proj.weight" in dims,
+    )
+
+
+def read_d2t(path: str | os.PathLike[str]) -> list[int] | None:
+    """The target token id of each draft row of a reduced-vocabulary drafter (its `d2t`
+    tensor, a few hundred KB), or None when it has none."""
+    if "d2t" not in tensor_dims(path):
+        return None
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # the gguf package raises ValueError/struct errors on junk
+        raise ModelLoadError(f"{path} is not a readable GGUF file ({exc}); re-download it") from exc
+    for t in reader.tensors:
+        if t.name == "d2t":
+            return [int(x) for x in t.data.reshape(-1)]
+    return None

@@ -9,8 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-DRAFTER_KINDS = ("model", "ngram", "mtp", "none", "adaptive")
-"""Drafting policies: the model drafter, prompt lookup, plain decoding, or chosen per step."""
+DRAFTER_KINDS = ("model", "ngram", "mtp", "eagle3", "dflash", "dspark", "none", "adaptive")
+"""Drafting policies: the model drafter, prompt lookup, the target's own MTP layers, the heads
+that read the target's hidden states (EAGLE-3, DFlash, DSpark), plain decoding, or chosen per step."""
 
 DEFAULT_GAMMA = 4
 """Draft length γ when neither the engine nor the request sets one (`--spec-draft-n-max`)."""

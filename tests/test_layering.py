@@ -28,10 +28,11 @@ LAYERS: dict[str, int] = {
 FRONT_ENDS = ("localspec.tui", "localspec.server", "localspec.cli", "localspec.bench")
 # third-party import -> the only modules allowed to import it (prefix match on module names)
 OWNED = {
-    "llama_cpp": ("localspec.engine.llama.backend", "localspec.engine.llama.rpc", "localspec.engine.llama.mtp"),
+    "llama_cpp": ("localspec.engine.llama.backend", "localspec.engine.llama.rpc", "localspec.engine.llama.mtp",
+                  "localspec.engine.llama.ext", "localspec.engine.llama.hidden"),
     "cupy": ("localspec.kernels._cuda",),
     "ctypes": ("localspec.kernels._cuda", "localspec.engine.llama.backend", "localspec.engine.llama.rpc",
-               "localspec.engine.llama.mtp"),
+               "localspec.engine.llama.mtp", "localspec.engine.llama.ext", "localspec.engine.llama.hidden"),
     "huggingface_hub": ("localspec.download",),
     "torch": ("localspec.kernels",),
     "pynvml": ("localspec.hardware",),

@@ -3,7 +3,8 @@ and drafters trained for it (EAGLE-3 heads, DFlash and DSpark block drafters).
 
 Drafter kinds the engine cannot run yet are data: they are listed, marked "not yet runnable
 in localspec" with the reason, and never offered as a runnable pair. What the engine runs is
-`localspec.types.DRAFTER_KINDS` ("model", "ngram", "none", "adaptive"); a small-model drafter
+`localspec.types.DRAFTER_KINDS`; EAGLE-3/DFlash/DSpark records are runnable when a GGUF of
+them exists and the target's llama.cpp graph exposes its hidden states; a small-model drafter
 is runnable only when neither model keeps a recurrent state, because a rejected draft must be
 dropped from both caches and llama.cpp cannot drop a suffix of a Gated DeltaNet state.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from localspec.compat import CAPTURE_ARCHS
 from localspec.types import DRAFTER_KINDS
 
 if TYPE_CHECKING:
@@ -28,6 +30,8 @@ KIND_LABELS = {"model": "small model", "mtp": "MTP", "eagle3": "EAGLE-3", "dflas
 BLOCK_KINDS = ("dflash", "dspark")
 """Kinds that draft a whole block in one forward pass (cost per step, not per token)."""
 NOT_RUNNABLE = "not yet runnable in localspec"
+HIDDEN_KINDS = ("eagle3", "dflash", "dspark")
+"""Kinds that read the target's hidden states (runnable with a GGUF, on targets that expose them)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,24 @@ _MTP_WHY_NOT = ("load the GGUF that keeps the nextn layers as the target (-m) an
                 "(not a separate drafter file)")
 
 
+def _record_reason(catalog: Catalog, target: CatalogModel, r: CatalogDrafter) -> str:
+    """Why localspec cannot run drafter record `r` for `target` ("" when it can)."""
+    if r.kind == "mtp":
+        return _MTP_WHY_NOT
+    if r.kind not in DRAFTER_KINDS:
+        return f"the {KIND_LABELS[r.kind]} drafter is being built"
+    if r.kind in HIDDEN_KINDS:
+        arch = catalog.families[target.family].arch.split()[0]
+        if arch not in CAPTURE_ARCHS:
+            return f"llama.cpp cannot hand out the hidden states of a {arch} target"
+        if target.is_hybrid:
+            return _recurrent_reason([target])
+        if not r.file:
+            return ("no GGUF of it is published: convert it with llama.cpp's convert_hf_to_gguf.py "
+                    "(--target-model-dir <the target>) and load it with -md")
+    return ""
+
+
 def mtp_draft_params(model: CatalogModel) -> float:
     """Parameters one MTP draft token reads: the nextn layer(s) plus the output head (estimated:
     an average layer of the active parameters, the output head as n_vocab x n_embd)."""
@@ -135,11 +157,10 @@ def drafter_options(catalog: Catalog, target: CatalogModel) -> list[DrafterOptio
         ))
     records = [r for r in catalog.drafters if target.id in r.targets]
     for r in records:
+        why = _record_reason(catalog, target, r)
         options.append(DrafterOption(
             kind=r.kind, id=r.id, label=f"{KIND_LABELS[r.kind]} {r.name}", repo=r.repo, params=r.params,
-            runnable=r.kind in DRAFTER_KINDS and r.kind != "mtp",
-            why_not=_MTP_WHY_NOT if r.kind == "mtp" else f"the {KIND_LABELS[r.kind]} drafter is being built",
-            source=r.ref or r.source, block_size=r.block_size, note=r.note,
+            runnable=not why, why_not=why, source=r.ref or r.source, block_size=r.block_size, note=r.note,
         ))
     if target.mtp_layers and not any(r.kind == "mtp" for r in records):
         options.append(DrafterOption(

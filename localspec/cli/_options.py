@@ -26,8 +26,9 @@ def _numerics(value: str) -> str:
 
 MODEL = typer.Option(None, "-m", "--model", help="Target GGUF path (default: the offline default pair, "
                      "Qwen2.5-Coder 1.5B ← 0.5B).")
-MODEL_DRAFT = typer.Option(None, "-md", "--model-draft", help="Drafter GGUF path, same tokenizer as the target "
-                           "(needs -m); 'none' for no drafter.")
+MODEL_DRAFT = typer.Option(None, "-md", "--model-draft", help="Drafter GGUF path (needs -m): a small model with the "
+                           "target's tokenizer, or an EAGLE-3/DFlash/DSpark drafter made for the target (the header "
+                           "tells which); 'none' for no drafter.")
 NGL = typer.Option(0, "-ngl", "--n-gpu-layers", help="Target layers on the GPU (-1 = all).")
 NGLD = typer.Option(0, "-ngld", "--n-gpu-layers-draft", help="Drafter layers on the GPU (-1 = all).")
 CTX = typer.Option(4096, "-c", "--ctx-size", help="Context window in tokens.")

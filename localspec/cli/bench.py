@@ -62,7 +62,9 @@ def register(app: typer.Typer) -> None:
         temp: Annotated[str, typer.Option("--temp", help="Temperatures, comma-separated (0 = greedy).")] = "0",
         max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", "--n-predict", min=1, help="Tokens per turn.")] = 128,
         prompts_per_category: Annotated[int, typer.Option("--prompts-per-category", min=0, help="Prompts per category (0 = all).")] = 2,
-        drafters: Annotated[str, typer.Option("--drafters", help="Arms besides plain: model, ngram, mtp, adaptive (comma-separated; mtp needs a target with nextn layers).")] = "model",
+        drafters: Annotated[str, typer.Option("--drafters", help="Arms besides plain: model, ngram, mtp, eagle3, dflash, dspark, adaptive "
+                                                        "(comma-separated; mtp needs a target with nextn layers, "
+                                                        "eagle3/dflash/dspark such a drafter GGUF as -md).")] = "model",
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the full report (every raw count and timing) here.")] = None,
         plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: AL by category, speedup vs γ.")] = None,
         from_json: Annotated[Path | None, typer.Option("--from-json", help="Don't measure: re-summarise a written report and print/write its tables and plot.")] = None,
@@ -117,7 +119,7 @@ def register(app: typer.Typer) -> None:
 
         gammas = SWEEP_GAMMAS if sweep else _ints(gamma, "--gamma")
         temps = _floats(temp, "--temp")
-        kinds = _names(drafters, ("model", "ngram", "mtp", "adaptive"), "--drafters")
+        kinds = _names(drafters, ("model", "ngram", "mtp", "eagle3", "dflash", "dspark", "adaptive"), "--drafters")
 
         pset = load_prompt_sources(prompts) if prompts else load_builtin()
         if pset.num_skipped_placeholder or pset.num_skipped_invalid:
@@ -147,6 +149,13 @@ def register(app: typer.Typer) -> None:
             f"{max_tokens} tokens per turn"
         )
         engine = flags.build_engine()
+        missing = [k for k in kinds if k not in ("adaptive", "none") and k not in engine.drafters]
+        if missing:
+            engine.close()
+            raise typer.BadParameter(
+                f"drafter {', '.join(missing)} is not available for these models (available: "
+                f"{', '.join(engine.drafters)}); the -md file decides: a small model gives 'model', "
+                "an EAGLE-3/DFlash/DSpark GGUF gives its kind", param_hint="--drafters")
         try:
             env = environment_record(
                 target_path, draft_path, kernel=engine.info.kernel, threads=threads, n_ctx=ctx_size,

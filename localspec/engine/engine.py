@@ -25,7 +25,7 @@ from localspec.engine.acceptance import Acceptor
 from localspec.engine.constraint import GrammarCursor, grammar_tokenizer
 from localspec.engine.adaptive import AdaptivePolicy, PolicyState
 from localspec.engine.backend import ModelBackend
-from localspec.engine.drafters import Drafter, NoDrafter, offered
+from localspec.engine.drafters import Drafter, FeatureDraftModel, NoDrafter, offered
 from localspec.engine.generation import Generation
 from localspec.engine.loop import StepLoop
 from localspec.engine.metrics import SpecStats
@@ -56,6 +56,16 @@ def _load(spec: ModelSpec) -> ModelBackend:
     return LlamaCppBackend(spec)
 
 
+def _load_features(spec: ModelSpec, target: ModelBackend) -> FeatureDraftModel:
+    """An EAGLE-3/DFlash/DSpark drafter bound to the loaded llama.cpp `target`."""
+    from localspec.engine.llama.backend import LlamaCppBackend
+    from localspec.engine.llama.hidden import HiddenStateDraft
+
+    if not isinstance(target, LlamaCppBackend):
+        raise InvalidRequestError("a hidden-state drafter needs a llama.cpp target", param="draft")
+    return HiddenStateDraft(spec.path, target, n_threads=spec.n_threads)
+
+
 class Engine:
     """A target model, an optional drafter model, and the speculative loop over them."""
 
@@ -68,25 +78,37 @@ class Engine:
         gamma: int = DEFAULT_GAMMA,
         check_invariants: bool = False,
     ) -> None:
+        hidden: tuple[str, ModelSpec] | None = None
+        """(kind, spec) of an EAGLE-3/DFlash/DSpark drafter: it runs on the target's hidden states."""
         if isinstance(target, ModelSpec) and isinstance(draft, ModelSpec):
-            from localspec.compat import check_files
+            from localspec.compat import check_files, check_hidden_files
 
-            check_files(target.path, draft.path)  # before any weights load
+            kind = check_hidden_files(target.path, draft.path)  # before any weights load
+            if kind is None:
+                check_files(target.path, draft.path)
+            else:
+                hidden, draft = (kind, draft), None
         if isinstance(draft, ModelSpec):
             # the drafter's numerics change only what it proposes, never the output (the
             # target's verify decides every token): its fastest kernels are free speed
             draft = replace(draft, numerics="fast")
         self.target: ModelBackend = _load(target) if isinstance(target, ModelSpec) else target
+        self._features: FeatureDraftModel | None = None
         try:
             self.draft: ModelBackend | None = _load(draft) if isinstance(draft, ModelSpec) else draft
+            if hidden is not None:
+                self._features = _load_features(hidden[1], self.target)
         except BaseException:
             self.target.close()
             raise
         n_vocab = self.target.n_vocab if self.draft is None else min(self.target.n_vocab, self.draft.n_vocab)
         self._acceptor = Acceptor(get_backend(kernel), n_vocab)
+        features = (hidden[0], self._features) if hidden is not None and self._features is not None else None
         try:
-            self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab)
+            self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features)
         except BaseException:
+            if self._features is not None:
+                self._features.close()
             self.target.close()
             if self.draft is not None:
                 self.draft.close()
@@ -111,7 +133,8 @@ class Engine:
         """Model names, context, vocabulary, kernel and numerics."""
         return EngineInfo(
             target=self.target.name,
-            draft=self.draft.name if self.draft is not None else None,
+            draft=self.draft.name if self.draft is not None else (
+                self._features.name if self._features is not None else None),
             n_ctx=self.target.n_ctx,
             n_vocab=self._acceptor.n_vocab,
             kernel=self._acceptor.name,

@@ -36,7 +36,7 @@ class SpecStats:
     gamma_counts: dict[int, int] = field(default_factory=dict)
     """How often each draft length was used."""
     drafter_counts: dict[str, int] = field(default_factory=dict)
-    """Steps per drafter actually used (model / ngram / none)."""
+    """Steps per drafter actually used (model / ngram / eagle3 / dflash / dspark / none)."""
     t_prefill_s: float = 0.0
     t_draft_s: float = 0.0
     t_verify_s: float = 0.0

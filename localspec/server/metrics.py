@@ -18,6 +18,7 @@ format, exactly as vLLM's do (`vllm:spec_decode_num_drafts` -> `..._total`):
     localspec:spec_decode_num_accepted_tokens_total
     localspec:spec_decode_num_accepted_tokens_per_pos_total{position="i"}
     localspec:spec_decode_num_drafted_tokens_per_pos_total{position="i"}
+    localspec:spec_decode_num_steps_by_drafter_total{drafter}   steps per mechanism (model, ngram, eagle3, ..., none)
 
 Acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts
 (the same definitions as `SpecStats`, which is the only source of these numbers).
@@ -71,6 +72,8 @@ class ServerMetrics:
                                         "Accepted draft tokens at each draft position.", ["position"], registry=r)
         self.drafted_per_pos = Counter(f"{p}spec_decode_num_drafted_tokens_per_pos",
                                        "Draft tokens proposed at each draft position.", ["position"], registry=r)
+        self.steps_by_drafter = Counter(f"{p}spec_decode_num_steps_by_drafter",
+                                        "Steps per drafting mechanism (none = a plain step).", ["drafter"], registry=r)
 
     def observe_http(self, endpoint: str, status: int, seconds: float) -> None:
         """Count one HTTP request (endpoint = the route template, never the raw path)."""
@@ -94,6 +97,8 @@ class ServerMetrics:
             self.accepted_per_pos.labels(position=str(i)).inc(n)
         for i, n in enumerate(stats.drafted_per_position):
             self.drafted_per_pos.labels(position=str(i)).inc(n)
+        for name, n in stats.drafter_counts.items():
+            self.steps_by_drafter.labels(drafter=name).inc(n)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

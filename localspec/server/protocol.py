@@ -112,7 +112,7 @@ class _SamplingFields(OpenAIBaseModel):
     presence_penalty: float | None = None
     # localspec extras
     top_k: int | None = Field(None, ge=0, description="Keep the k most likely tokens; 0 = off.")
-    drafter: str | None = Field(None, description="adaptive | model | ngram | mtp | none.")
+    drafter: str | None = Field(None, description="adaptive | model | ngram | mtp | eagle3 | dflash | dspark | none.")
     gamma: int | None = Field(None, ge=0, description="Draft length γ (maximum for adaptive).")
     num_speculative_tokens: int | None = Field(None, ge=0, description="vLLM's name for gamma.")
     p_min: float | None = Field(None, ge=0.0, lt=1.0)

@@ -165,6 +165,8 @@ class TestEndpoints:
         assert 'mode="fast"' not in text
         assert _value(text, "localspec:generation_tokens_total") >= _value(before, "localspec:generation_tokens_total") + 24
         assert _value(text, "localspec:spec_decode_num_drafts_total") > _value(before, "localspec:spec_decode_num_drafts_total")
+        by_model = 'localspec:spec_decode_num_steps_by_drafter_total{drafter="model"}'
+        assert _value(text, by_model) > _value(before, by_model)  # the mechanism is named
 
 
 def _value(text: str, name: str) -> float:

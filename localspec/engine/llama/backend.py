@@ -20,7 +20,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import llama_cpp
@@ -225,6 +225,9 @@ class LlamaCppBackend:
         self._piece_buf = ctypes.create_string_buffer(256)
         self.tokens: list[int] = []
         self.t_decode_s = 0.0
+        self.decode_hooks: list[Callable[[int, Sequence[int]], None]] = []
+        """Called after each successful llama_decode with (first position, its tokens), e.g. to copy
+        captured hidden states before the next decode overwrites them (llama/hidden.py)."""
         self.n_threads = n_threads
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
@@ -310,6 +313,8 @@ class LlamaCppBackend:
                         "raise -c/--ctx-size"
                     )
                 raise DecodeError(f"{self.name}: llama_decode failed with code {rc}")
+            for hook in self.decode_hooks:
+                hook(pos0, chunk)
         self.tokens.extend(int(t) for t in tokens)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
