@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.engine.backend import KVCache
+from localspec.kernels.reference import probs_from_logits, sample_from_weights
 from localspec.types import SamplingParams
 
 
@@ -99,3 +100,22 @@ class NoDrafter:
     def pending(self, context: Sequence[int]) -> int:
         """Nothing to evaluate."""
         return 0
+
+
+def pick_token(
+    row: npt.NDArray[np.float32], params: SamplingParams, rng: np.random.Generator, p_min: float
+) -> int | None:
+    """The draft token for one logits row (greedy argmax or a sample from q, the distribution
+    acceptance will rebuild from the same row), or None when its probability is below p_min."""
+    if params.greedy:
+        tok = int(np.argmax(row))
+        if p_min > 0.0:
+            z = row.astype(np.float64)
+            if 1.0 / float(np.exp(z - z[tok]).sum()) < p_min:
+                return None
+        return tok
+    q = probs_from_logits(row, params)
+    tok = sample_from_weights(q, float(rng.random()))
+    if p_min > 0.0 and q[tok] < p_min:
+        return None
+    return tok

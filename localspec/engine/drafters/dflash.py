@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.engine.backend import KVCache
-from localspec.engine.drafters.base import EMPTY, DraftProposal
-from localspec.engine.drafters.features import FeatureDraftModel, choose, fit_row
+from localspec.engine.drafters.base import EMPTY, DraftProposal, pick_token
+from localspec.engine.drafters.features import FeatureDraftModel, fit_row
 from localspec.types import MAX_GAMMA, SamplingParams
 
 
@@ -74,7 +74,7 @@ class DFlashDrafter:
         for i in range(len(rows)):
             if dspark and conf is not None and p_min > 0.0 and conf[i] < p_min:
                 break
-            tok = choose(rows[i], params, rng, 0.0 if dspark else p_min)
+            tok = pick_token(rows[i], params, rng, 0.0 if dspark else p_min)
             if tok is None:
                 break
             tokens.append(tok)

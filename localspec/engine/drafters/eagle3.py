@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.engine.backend import KVCache
-from localspec.engine.drafters.base import EMPTY, DraftProposal
-from localspec.engine.drafters.features import FeatureDraftModel, choose, fit_row
+from localspec.engine.drafters.base import EMPTY, DraftProposal, pick_token
+from localspec.engine.drafters.features import FeatureDraftModel, fit_row
 from localspec.types import MAX_GAMMA, SamplingParams
 
 
@@ -61,7 +61,7 @@ class Eagle3Drafter:
         try:
             row = fit_row(m.eagle3_start(context), self.n_vocab)
             for i in range(k):
-                tok = choose(row, params, rng, p_min)
+                tok = pick_token(row, params, rng, p_min)
                 if tok is None:
                     break
                 if not params.greedy:

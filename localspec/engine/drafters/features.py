@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.engine.backend import KVCache
-from localspec.kernels.reference import probs_from_logits, sample_from_weights
 from localspec.types import SamplingParams
 
 
@@ -64,22 +63,3 @@ def fit_row(row: npt.NDArray[np.float32], n_vocab: int) -> npt.NDArray[np.float3
         return row[..., :n_vocab]
     pad = np.full(row.shape[:-1] + (n_vocab - row.shape[-1],), -np.inf, dtype=np.float32)
     return np.concatenate([row, pad], axis=-1)
-
-
-def choose(
-    row: npt.NDArray[np.float32], params: SamplingParams, rng: np.random.Generator, p_min: float
-) -> int | None:
-    """The draft token for one logits row (greedy argmax or a sample from q, the distribution
-    acceptance will rebuild from the same row), or None when its probability is below p_min."""
-    if params.greedy:
-        tok = int(np.argmax(row))
-        if p_min > 0.0:
-            z = row.astype(np.float64)
-            if 1.0 / float(np.exp(z - z[tok]).sum()) < p_min:
-                return None
-        return tok
-    q = probs_from_logits(row, params)
-    tok = sample_from_weights(q, float(rng.random()))
-    if p_min > 0.0 and q[tok] < p_min:
-        return None
-    return tok

@@ -10,8 +10,7 @@ import numpy as np
 from localspec.engine import cache
 from localspec.engine.backend import KVCache, ModelBackend
 from localspec.engine.constraint import Guide
-from localspec.engine.drafters.base import EMPTY, DraftProposal
-from localspec.kernels.reference import probs_from_logits, sample_from_weights
+from localspec.engine.drafters.base import EMPTY, DraftProposal, pick_token
 from localspec.types import MAX_GAMMA, SamplingParams
 
 
@@ -77,18 +76,10 @@ class ModelDrafter:
         for i in range(k):
             if guide is not None:
                 row = guide.mask_row(row)
-            if params.greedy:
-                tok = int(np.argmax(row))
-                if p_min > 0.0:
-                    z = row.astype(np.float64)
-                    prob = 1.0 / float(np.exp(z - z[tok]).sum())
-                    if prob < p_min:
-                        break
-            else:
-                q = probs_from_logits(row, params)  # [V] float64
-                tok = sample_from_weights(q, float(rng.random()))
-                if p_min > 0.0 and q[tok] < p_min:
-                    break
+            tok = pick_token(row, params, rng, p_min)
+            if tok is None:
+                break
+            if not params.greedy:
                 self._rows[i] = row  # the one copy: the next decode overwrites `row`
             if guide is not None and not guide.push(tok):
                 break
