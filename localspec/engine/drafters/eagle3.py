@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.engine.backend import KVCache
+from localspec.engine.backend import KVCache, common_prefix_len
 from localspec.engine.drafters.base import EMPTY, DraftProposal, pick_token
 from localspec.engine.drafters.features import FeatureDraftModel, fit_row
 from localspec.types import MAX_GAMMA, SamplingParams
@@ -40,12 +40,7 @@ class Eagle3Drafter:
 
     def begin(self, context: Sequence[int]) -> None:
         """Keep only the features of the prompt prefix the target still holds."""
-        m = self.model
-        n = 0
-        limit = min(len(m.tokens), len(context) - 1)
-        while n < limit and m.tokens[n] == context[n]:
-            n += 1
-        m.truncate(n)
+        self.model.truncate(common_prefix_len(self.model.tokens, context[:-1]))
         self.decode_log.clear()
 
     def propose(
