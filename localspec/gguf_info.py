@@ -246,3 +246,24 @@ def read_d2t(path: str | os.PathLike[str]) -> list[int] | None:
         if t.name == "d2t":
             return [int(x) for x in t.data.reshape(-1)]
     return None
+
+
+def kv_bytes_per_token(path: str | os.PathLike[str]) -> int:
+    """Bytes of f16 K and V cache one token takes in a model (0 when the header does not
+    say): 2 · layers · KV heads · (key + value head size) / 2 · 2 bytes."""
+    meta = read_metadata(path)
+    arch = str(meta.get("general.architecture", ""))
+
+    def num(key: str) -> int:
+        v = meta.get(f"{arch}.{key}")
+        if isinstance(v, list):  # per-layer values (e.g. head_count_kv): the largest
+            v = max((int(x) for x in v), default=0)
+        return int(v) if isinstance(v, (int, float)) else 0
+
+    layers, heads, embd = num("block_count"), num("attention.head_count"), num("embedding_length")
+    kv_heads = num("attention.head_count_kv") or heads
+    if not (layers and heads and embd):
+        return 0
+    k = num("attention.key_length") or embd // heads
+    v = num("attention.value_length") or embd // heads
+    return layers * kv_heads * (k + v) * 2

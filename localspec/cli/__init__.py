@@ -40,7 +40,7 @@ def _register_all() -> typer.Typer:
     if _registered:
         return app
     _registered = True
-    from localspec.cli import bench, bench_kernels, doctor, generate, models, recommend, serve, tui, worker
+    from localspec.cli import bench, bench_kernels, bench_load, doctor, generate, models, recommend, serve, tui, worker
 
     generate.register(app)
     tui.register(app)
@@ -51,6 +51,7 @@ def _register_all() -> typer.Typer:
     models.register(models_app)
     bench.register(bench_app)
     bench_kernels.register(bench_app)
+    bench_load.register(bench_app)
     return app
 
 

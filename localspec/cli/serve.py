@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ SERVE_EXAMPLES = [
     "localspec serve                                  # offline default pair on http://127.0.0.1:8000/v1",
     "localspec serve -m target.gguf -md draft.gguf -ngl 99 -ngld 99 -c 8192 --alias coder",
     "localspec serve --numerics fast                  # llama.cpp's fastest kernels",
+    "localspec serve --parallel 8                     # 8 requests generated together (continuous batching)",
     "LOCALSPEC_API_KEY=secret localspec serve --host 0.0.0.0 --port 8080",
 ]
 
@@ -31,6 +33,7 @@ def serve_command(
     rpc: str | None = opt.RPC,
     kernel: str | None = opt.KERNEL,
     draft_n_max: int | None = opt.GAMMA,
+    parallel: int | None = opt.PARALLEL,
     alias: Annotated[str | None, typer.Option("--alias", help="Model id clients use (default: the target's name).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Address to bind (default 127.0.0.1, loopback only).")] = None,
     port: Annotated[int | None, typer.Option("--port", help="TCP port (default 8000).")] = None,
@@ -50,9 +53,10 @@ def serve_command(
     flags = opt.ModelFlags(
         model=model, model_draft=model_draft, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
         ctx_size=ctx_size, threads=threads, flash_attn=flash_attn, numerics=numerics, rpc=rpc, kernel=kernel,
-        gamma=draft_n_max,
+        gamma=draft_n_max, parallel=parallel,
     )
     flags.pair_paths()  # usage errors before any settings or weights
+    flags = dataclasses.replace(flags, parallel=flags.auto_parallel())
     overrides: dict[str, Any] = {
         "host": host, "port": port, "api_key": api_key, "alias": alias, "max_queue": max_queue,
         "default_temperature": temp, "default_max_tokens": n_predict, "default_drafter": drafter,
@@ -67,7 +71,8 @@ def serve_command(
             log.warning("binding %s without an API key: anyone who can reach it can use the model", settings.host)
         info = engine.info
         typer.echo(f"localspec: {info.target} ← {info.draft or 'no drafter'} (kernel {info.kernel}, "
-                   f"{info.numerics} numerics) on http://{settings.host}:{settings.port}/v1  "
+                   f"{info.numerics} numerics, {getattr(engine, 'parallel', 1)} at a time) on "
+                   f"http://{settings.host}:{settings.port}/v1  "
                    f"(model id {app.state.serving.model_id!r})", err=True)
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     finally:

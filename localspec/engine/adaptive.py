@@ -124,10 +124,12 @@ class _Option:
     """Expected tokens of the step."""
     seconds: float
     """Predicted seconds of the step."""
+    extra: float = 0.0
+    """Expected tokens of the other sequences verified in the same batch."""
 
     @property
     def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+        return (self.tokens + self.extra) / self.seconds if self.seconds > 0 else 0.0
 
 
 class AdaptivePolicy:
@@ -155,16 +157,23 @@ class AdaptivePolicy:
             self.state.acceptance.setdefault(key, Acceptance(NGRAM_PRIOR))
         for name, d in self.costed.items():
             self.state.acceptance.setdefault(name, Acceptance(d.prior_acceptance))
-        self.state.acceptance = {k: v.carried() for k, v in self.state.acceptance.items()}
+        self.acceptance = {k: v.carried() for k, v in self.state.acceptance.items()}
+        """This request's acceptance estimates (each sequence of a batch has its own); the
+        state keeps the latest, for the next request to carry over."""
+        self.state.acceptance = self.acceptance
         iv = self.state.intervals
         self._trials = {name: _Trials(probe_every, max(probe_every, iv.get(name, 0))) for name in self.costed}
         if self.ngram is not None:
             self._trials[self.ngram.name] = _Trials(1, max(1, iv.get(self.ngram.name, 0)))
         self._context: Sequence[int] = ()
         self._steps = 0
-        self._trial: tuple[str, float, float, float] | None = None
+        self._trial: tuple[str, float, float, float, float] | None = None
         """(drafter, expected accepted drafts, the best choice's tokens/s, expected regret
-        in seconds) of a trial in flight."""
+        in seconds, the batch's other expected tokens) of a trial in flight."""
+        self._batch = (0, 0.0)
+        self.expected_tokens = 1.0
+        """Expected tokens of the step last chosen (what a batch driver tells the others)."""
+        """(rows, expected tokens) of the other sequences in the next verify batch."""
 
     def bind(self, context: Sequence[int]) -> None:
         """The committed context the policy may read (n-gram matches); called after the
@@ -184,7 +193,7 @@ class AdaptivePolicy:
     # -- predictions -------------------------------------------------------------------
     def _seconds(self, drafter: str, k: int) -> float:
         s = self.state
-        t = s.verify.predict(k + 1) + s.overhead
+        t = s.verify.predict(self._batch[0] + k + 1) + s.overhead
         d = self.costed.get(drafter)
         if d is not None and k > 0:
             cost = s.draft_cost(drafter)
@@ -196,7 +205,7 @@ class AdaptivePolicy:
         return t
 
     def _rates(self, drafter: str, k: int, match_len: int = 0, upper: bool = False) -> list[float]:
-        acc = self.state.acceptance
+        acc = self.acceptance
         if self.ngram is not None and drafter == self.ngram.name:
             key = self._ngram_key(match_len)
             others = [acc[o] for o in NGRAM_KEYS if o != key]
@@ -209,17 +218,25 @@ class AdaptivePolicy:
     def _options(self, drafter: str, k_max: int, match_len: int = 0, upper: bool = False) -> list[_Option]:
         """Options drafting 1..k_max tokens with `drafter` (`upper`: at optimistic acceptance)."""
         rates = self._rates(drafter, k_max, match_len, upper)
-        return [_Option(drafter, k, expected_from_rates(rates[:k]), self._seconds(drafter, k)) for k in range(1, k_max + 1)]
+        extra = self._batch[1]
+        return [_Option(drafter, k, expected_from_rates(rates[:k]), self._seconds(drafter, k), extra)
+                for k in range(1, k_max + 1)]
 
     @staticmethod
     def _regret(option: _Option, best: _Option) -> float:
         """Expected seconds lost by taking `option` instead of `best` (>= 0)."""
-        return max(0.0, option.seconds - option.tokens / best.rate) if best.rate > 0 else option.seconds
+        return max(0.0, option.seconds - (option.tokens + option.extra) / best.rate) if best.rate > 0 else option.seconds
 
     # -- the choice --------------------------------------------------------------------
-    def choose(self, k_cap: int) -> tuple[Drafter, int]:
-        """The best (drafter, k) by expected tokens per second; k <= k_cap."""
+    def choose(self, k_cap: int, *, batch_rows: int = 0, batch_tokens: float = 0.0) -> tuple[Drafter, int]:
+        """The best (drafter, k) by expected tokens per second; k <= k_cap. In a batch,
+        `batch_rows` and `batch_tokens` are the other sequences' verify rows and expected
+        tokens: the choice maximises the whole batch's tokens per second, so drafting
+        shrinks as the batch makes each verify row dearer (a CPU's steep cost per row) and
+        grows back when the batch empties."""
         k_cap = min(k_cap, self.max_gamma)
+        self._batch = (max(0, batch_rows), max(0.0, batch_tokens))
+        self.expected_tokens = 1.0
         self._steps += 1
         s = self.state
         if k_cap <= 0 or not s.verify.known:
@@ -229,7 +246,7 @@ class AdaptivePolicy:
                 return self._pick(name, min(2, k_cap))  # measure each drafter once
         lookup = self.ngram.name if self.ngram is not None else ""
         cont, n = self.ngram.match(self._context, k_cap) if self.ngram is not None and self._context else ((), 0)
-        options = [_Option("none", 0, 1.0, self._seconds("none", 0))]
+        options = [_Option("none", 0, 1.0, self._seconds("none", 0), self._batch[1])]
         for name in self.costed:
             options += self._options(name, k_cap)
         if cont:
@@ -258,7 +275,7 @@ class AdaptivePolicy:
             cost = self._regret(trial, best)
             if cost <= s.credit + s.verify.predict(1):
                 tr.since = 0
-                self._trial = (name, trial.tokens - 1.0, best.rate, cost)
+                self._trial = (name, trial.tokens - 1.0, best.rate, cost, trial.extra)
                 choice, why = trial, "trial"
                 break
         if log.isEnabledFor(logging.DEBUG):
@@ -267,6 +284,7 @@ class AdaptivePolicy:
                 self._steps, why, choice.drafter, choice.k, choice.tokens, choice.seconds * 1e3,
                 best.drafter, best.k, best.rate, n, s.credit * 1e3,
             )
+        self.expected_tokens = choice.tokens
         return self._pick(choice.drafter, choice.k)
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
@@ -277,23 +295,28 @@ class AdaptivePolicy:
         return self.none, 0
 
     # -- learning ----------------------------------------------------------------------
-    def observe(self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float) -> None:
-        """Update costs and acceptance from the finished step."""
+    def observe(self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float, *,
+                batch_rows: int | None = None) -> None:
+        """Update costs and acceptance from the finished step. `batch_rows`: the rows of the
+        verify call when it held other sequences too (0: another sequence reports its cost)."""
         s = self.state
         seconds = t_draft_s + t_verify_s + s.overhead
         s.credit += EXPLORE_BUDGET * seconds
         if self._trial is not None:
             # the trial pays what it really lost against the best choice's rate, so the
             # budget holds even when the estimates that chose it were too hopeful
-            name, expected, best_rate, regret = self._trial
+            name, expected, best_rate, regret, extra = self._trial
             self._trial = None
-            lost = max(0.0, seconds - (num_accepted + 1) / best_rate) if best_rate > 0 else seconds
+            lost = max(0.0, seconds - (num_accepted + 1 + extra) / best_rate) if best_rate > 0 else seconds
             # the debt stops at a few plain steps: a larger loss is the machine's load (another
             # process), not the trial's, and charging it would stop exploration for good
             s.credit = max(s.credit - lost, -MAX_DEBT_STEPS * s.verify.predict(1))
             self._trials[name].judge(k > 0 and num_accepted >= expected)
             s.intervals[name] = self._trials[name].interval
-        s.verify.observe(k + 1, t_verify_s)
+        if batch_rows is None:
+            s.verify.observe(k + 1, t_verify_s)
+        elif batch_rows > 0:
+            s.verify.observe(batch_rows, t_verify_s)
         d = self.costed.get(drafter)
         if d is not None:
             cost = s.draft_cost(drafter)
@@ -303,8 +326,9 @@ class AdaptivePolicy:
         if is_lookup:
             s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
         key = self._ngram_key(self.ngram.last_match) if is_lookup and self.ngram is not None else drafter
-        if k > 0 and key in s.acceptance:
-            s.acceptance[key].observe(k, num_accepted)
+        if k > 0 and key in self.acceptance:
+            self.acceptance[key].observe(k, num_accepted)
+            s.acceptance = self.acceptance
 
     def observe_overhead(self, seconds: float) -> None:
         """Per-step time outside draft and verify (acceptance, detokenizing, bookkeeping)."""

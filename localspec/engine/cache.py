@@ -22,10 +22,17 @@ class CacheInvariantError(AssertionError):
     """The KV caches and the committed tokens disagree (a bug in localspec)."""
 
 
-def prefill(model: ModelBackend, context: Sequence[int]) -> int:
-    """Make `model` hold `context[:-1]`, reusing its cached prefix. Returns reused tokens."""
+def keep_prefix(model: KVCache, context: Sequence[int]) -> int:
+    """Drop what `model` holds beyond its longest prefix shared with `context[:-1]`; returns
+    the kept length (the first half of `prefill`, for drivers that evaluate the rest in chunks)."""
     keep = min(common_prefix_len(model.tokens, context), len(context) - 1)
     model.truncate(keep)
+    return keep
+
+
+def prefill(model: ModelBackend, context: Sequence[int]) -> int:
+    """Make `model` hold `context[:-1]`, reusing its cached prefix. Returns reused tokens."""
+    keep = keep_prefix(model, context)
     if len(context) - 1 > keep:
         model.decode(context[keep:-1])
     return keep

@@ -8,8 +8,11 @@ end uses.
     gen.stats  # SpecStats of this generation
 
 `generate` validates and tokenizes at once, then returns a `Generation` handle; its
-iteration runs the step loop (loop.py). One generation runs at a time: the llama contexts
-are not reentrant, so a lock serializes them.
+iteration runs the step loop (loop.py). With `parallel=1` one generation runs at a time
+(the llama contexts are not reentrant, so a lock serializes them) in the iterating thread.
+With `parallel=N` the contexts hold N sequences and a driver thread (batch.py) steps up to N
+generations together, verifying all of them in one target call per step; the handles are
+the same.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from localspec.engine.acceptance import Acceptor
 from localspec.engine.constraint import GrammarCursor, grammar_tokenizer
 from localspec.engine.adaptive import AdaptivePolicy, PolicyState
 from localspec.engine.backend import ModelBackend
+from localspec.engine.batch import PREFILL_CHUNK, BatchRunner, BatchStats, MultiSequenceBackend
 from localspec.engine.drafters import Drafter, FeatureDraftModel, NoDrafter, offered
 from localspec.engine.generation import Generation
 from localspec.engine.loop import StepLoop
@@ -50,10 +54,10 @@ class EngineInfo:
     """The numerics mode the target runs in (types.NUMERICS_MODES)."""
 
 
-def _load(spec: ModelSpec) -> ModelBackend:
+def _load(spec: ModelSpec, n_seq: int = 1) -> ModelBackend:
     from localspec.engine.llama.backend import LlamaCppBackend
 
-    return LlamaCppBackend(spec)
+    return LlamaCppBackend(spec, n_seq=n_seq)
 
 
 def _load_features(spec: ModelSpec, target: ModelBackend) -> FeatureDraftModel:
@@ -77,7 +81,13 @@ class Engine:
         kernel: str | None = None,
         gamma: int = DEFAULT_GAMMA,
         check_invariants: bool = False,
+        parallel: int = 1,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
+        if parallel < 1:
+            raise InvalidRequestError(f"parallel must be at least 1, got {parallel}", param="parallel")
+        self.parallel = parallel
+        """Sequences generated together (continuous batching when > 1)."""
         hidden: tuple[str, ModelSpec] | None = None
         """(kind, spec) of an EAGLE-3/DFlash/DSpark drafter: it runs on the target's hidden states."""
         if isinstance(target, ModelSpec) and isinstance(draft, ModelSpec):
@@ -88,14 +98,18 @@ class Engine:
                 check_files(target.path, draft.path)
             else:
                 hidden, draft = (kind, draft), None
+                if parallel > 1:
+                    raise InvalidRequestError(
+                        f"a {kind} drafter reads the target's hidden states of one sequence; "
+                        "run it with --parallel 1", param="parallel")
         if isinstance(draft, ModelSpec):
             # the drafter's numerics change only what it proposes, never the output (the
             # target's verify decides every token): its fastest kernels are free speed
             draft = replace(draft, numerics="fast")
-        self.target: ModelBackend = _load(target) if isinstance(target, ModelSpec) else target
+        self.target: ModelBackend = _load(target, parallel) if isinstance(target, ModelSpec) else target
         self._features: FeatureDraftModel | None = None
         try:
-            self.draft: ModelBackend | None = _load(draft) if isinstance(draft, ModelSpec) else draft
+            self.draft: ModelBackend | None = _load(draft, parallel) if isinstance(draft, ModelSpec) else draft
             if hidden is not None:
                 self._features = _load_features(hidden[1], self.target)
         except BaseException:
@@ -105,7 +119,7 @@ class Engine:
         self._acceptor = Acceptor(get_backend(kernel), n_vocab)
         features = (hidden[0], self._features) if hidden is not None and self._features is not None else None
         try:
-            self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features)
+            self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features, mtp=parallel == 1)
         except BaseException:
             if self._features is not None:
                 self._features.close()
@@ -126,6 +140,17 @@ class Engine:
         self._policy_states: dict[bool, PolicyState] = {}
         """Adaptive policy memory per sampling mode (greedy or not): acceptance of its own,
         verify and drafter cost models shared."""
+        self._runner: BatchRunner | None = None
+        self._slot_drafters: dict[int, dict[str, Drafter]] = {0: self.drafters}
+        if parallel > 1:
+            try:
+                self._runner = BatchRunner(self._multi(self.target), self._make_loop, prefill_chunk=prefill_chunk,
+                                           on_finish=self._totals.merge)
+            except BaseException:
+                self.target.close()
+                if self.draft is not None:
+                    self.draft.close()
+                raise
 
     # -- public API -----------------------------------------------------------------
     @property
@@ -167,6 +192,11 @@ class Engine:
         return its `Generation`, which runs while it is iterated. With `wait=False` a busy
         engine raises EngineBusyError instead of waiting."""
         prepared = prepare(request, self.target, self.limits)
+        if self._runner is not None:
+            if not wait and self._runner.full:
+                raise EngineBusyError(f"the engine is generating for {self.parallel} requests already")
+            return Generation(prepared, threading.Lock(), partial(self._runner.events, prepared),
+                              kernel=self._acceptor.name)
         if not wait and self._lock.locked():
             raise EngineBusyError("the engine is generating for another request")
         return Generation(prepared, self._lock, partial(self._run, prepared), wait=wait, kernel=self._acceptor.name)
@@ -174,6 +204,8 @@ class Engine:
     def cancel(self) -> None:
         """Cancel the running generation, if any (a convenience for code that does not hold
         its `Generation`, which has its own `cancel()`)."""
+        if self._runner is not None:
+            self._runner.cancel_all()
         cancel = self._running_cancel
         if cancel is not None:
             cancel.set()
@@ -181,6 +213,8 @@ class Engine:
     def stats(self) -> SpecStats:
         """A snapshot of the running (or last) generation's stats; `Generation.stats` is the
         same for one generation."""
+        if self._runner is not None and self._runner.last_stats is not None:
+            return self._runner.last_stats.snapshot()
         return self._last_stats.snapshot()
 
     def total_stats(self) -> SpecStats:
@@ -189,11 +223,18 @@ class Engine:
 
     @property
     def busy(self) -> bool:
-        """True while a generation runs."""
-        return self._lock.locked()
+        """True while a generation runs (or, with parallel > 1, waits)."""
+        return self._runner.busy if self._runner is not None else self._lock.locked()
+
+    @property
+    def batch_stats(self) -> BatchStats | None:
+        """What the batch driver did (parallel > 1), else None."""
+        return self._runner.stats if self._runner is not None else None
 
     def close(self) -> None:
         """Free both models (waits for a running generation to end)."""
+        if self._runner is not None:
+            self._runner.close()
         with self._lock:
             for d in self.drafters.values():
                 close = getattr(d, "close", None)  # drafters holding a context on the target (mtp)
@@ -207,19 +248,38 @@ class Engine:
     def _run(self, request: PreparedRequest, stats: SpecStats, cancel: threading.Event) -> Iterator[TokenEvent]:
         self._last_stats, self._running_cancel = stats, cancel
         try:
-            guide = None
-            if request.grammar is not None:
-                if self._grammar_tokenizer is None:
-                    self._grammar_tokenizer = grammar_tokenizer(self.target)
-                guide = GrammarCursor(self._grammar_tokenizer, request.grammar, self._acceptor.n_vocab)
-            loop = StepLoop(self.target, self._acceptor, self._policy(request), request, stats, cancel,
-                            draft_model=self.draft, check_invariants=self.check_invariants, guide=guide)
+            loop = StepLoop(self.target, self._acceptor, self._policy(request, self.drafters), request, stats, cancel,
+                            draft_model=self.draft, check_invariants=self.check_invariants, guide=self._guide(request))
             yield from loop.run()
         finally:
             self._running_cancel = None
             self._totals.merge(stats)
 
-    def _policy(self, request: PreparedRequest) -> DraftPolicy:
+    def _guide(self, request: PreparedRequest) -> GrammarCursor | None:
+        if request.grammar is None:
+            return None
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = grammar_tokenizer(self.target)
+        return GrammarCursor(self._grammar_tokenizer, request.grammar, self._acceptor.n_vocab)
+
+    @staticmethod
+    def _multi(model: ModelBackend) -> MultiSequenceBackend:
+        if not hasattr(model, "sequence") or not hasattr(model, "decode_many"):
+            raise InvalidRequestError(f"{model.name} cannot hold several sequences; use parallel=1", param="parallel")
+        return model  # type: ignore[return-value]
+
+    def _make_loop(self, slot: int, request: PreparedRequest, stats: SpecStats, cancel: threading.Event) -> StepLoop:
+        """The loop of a batched generation on sequence `slot` of both models (driver thread)."""
+        target = self._multi(self.target).sequence(slot)
+        draft = self._multi(self.draft).sequence(slot) if self.draft is not None else None
+        drafters = self._slot_drafters.get(slot)
+        if drafters is None:
+            drafters = offered(target, draft, self._acceptor.n_vocab, None, mtp=False)
+            self._slot_drafters[slot] = drafters
+        return StepLoop(target, self._acceptor, self._policy(request, drafters), request, stats, cancel,
+                        draft_model=draft, check_invariants=self.check_invariants, guide=self._guide(request))
+
+    def _policy(self, request: PreparedRequest, drafters: dict[str, Drafter]) -> DraftPolicy:
         kind, gamma = request.drafter, request.gamma
         if kind == "adaptive":
             state = self._policy_states.get(request.params.greedy)
@@ -228,10 +288,10 @@ class Engine:
                 other = next(iter(self._policy_states.values()), None)
                 state = PolicyState(verify=other.verify, drafts=other.drafts) if other else PolicyState()
                 self._policy_states[request.params.greedy] = state
-            return AdaptivePolicy(list(self.drafters.values()), gamma, request.params, state)
+            return AdaptivePolicy(list(drafters.values()), gamma, request.params, state)
         if kind == "none":
             return FixedPolicy(NoDrafter(), 0)
-        drafter = self.drafters.get(kind)
+        drafter = drafters.get(kind)
         if drafter is None:  # prepare() checked it against the same drafters
             raise InvalidRequestError(f"drafter {kind!r} is not available for the loaded models", param="drafter")
         return FixedPolicy(drafter, gamma)

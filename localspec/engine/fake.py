@@ -9,6 +9,7 @@ Every decode/truncate call is recorded so rollback can be checked exactly.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 
@@ -34,7 +35,9 @@ class FakeBackend:
         noise: float = 1.0,
         seed: int = 0,
         decode_delay_s: float = 0.0,
+        row_delay_s: float = 0.0,
         chat_template: str | None = None,
+        n_seq: int = 1,
     ) -> None:
         self.name = name
         self.n_vocab = N_VOCAB
@@ -44,6 +47,13 @@ class FakeBackend:
         self.error_rate = error_rate
         self.confidence = confidence
         self.decode_delay_s = decode_delay_s
+        self.row_delay_s = row_delay_s
+        """Extra seconds per row of a call (a CPU's cost per verify row)."""
+        self.n_seq = n_seq
+        self._views: dict[int, FakeBackend] = {0: self}
+        self.batches: list[list[tuple[int, int]]] = []
+        """Per `decode_many` call: (sequence, rows) of each part."""
+        self.seq_id = 0
         self._noise = np.random.default_rng(seed).normal(0.0, noise, size=(997, N_VOCAB)).astype(np.float32)
         self._seed = seed
         self.tokens: list[int] = []
@@ -92,8 +102,8 @@ class FakeBackend:
 
             raise ContextOverflowError(f"{self.name}: context of {self.n_ctx} exceeded")
         t0 = time.perf_counter()
-        if self.decode_delay_s:
-            time.sleep(self.decode_delay_s)
+        if self.decode_delay_s or self.row_delay_s:
+            time.sleep(self.decode_delay_s + self.row_delay_s * len(tokens))
         self.calls.append(("decode", self.n_past, len(tokens)))
         rows = []
         start = len(self.tokens)
@@ -104,6 +114,34 @@ class FakeBackend:
         self._out = np.stack(rows)
         self.t_decode_s += time.perf_counter() - t0
         return self._out
+
+    def sequence(self, i: int) -> FakeBackend:
+        """The view of sequence i: the same script and noise, its own cache."""
+        if not 0 <= i < self.n_seq:
+            raise ValueError(f"sequence {i} out of range: this fake holds {self.n_seq}")
+        view = self._views.get(i)
+        if view is None:
+            view = copy.copy(self)
+            view.seq_id, view.tokens, view.calls, view.t_decode_s = i, [], [], 0.0
+            self._views[i] = view
+        return view
+
+    def decode_many(self, parts: Sequence[tuple[FakeBackend, Sequence[int], bool]]) -> list[npt.NDArray[np.float32]]:
+        """Each part's decode as one call: the delay once, rows of every part."""
+        rows = sum(len(t) for _, t, _ in parts)
+        if self.decode_delay_s or self.row_delay_s:
+            time.sleep(self.decode_delay_s + self.row_delay_s * rows)
+        self.batches.append([(v.seq_id, len(t)) for v, t, _ in parts])
+        out = []
+        for view, tokens, all_logits in parts:
+            d, r = view.decode_delay_s, view.row_delay_s
+            view.decode_delay_s = view.row_delay_s = 0.0
+            try:
+                logits = view.decode(tokens, all_logits=all_logits)
+            finally:
+                view.decode_delay_s, view.row_delay_s = d, r
+            out.append(logits.copy() if all_logits else logits[:0])
+        return out
 
     def truncate(self, n_past: int) -> None:
         """Drop positions >= n_past."""

@@ -57,6 +57,9 @@ class SpecStats:
     drafter: str = ""
     gamma: int = 0
     """Draft length used by the last step."""
+    batch_sequences: int = 0
+    """Sum over steps of the sequences verified in the step's target call (1 per step when
+    generations run one at a time; more under `--parallel`)."""
     finish_reason: str | None = None
 
     def observe_step(
@@ -67,9 +70,11 @@ class SpecStats:
         t_verify_s: float,
         t_accept_s: float,
         drafter: str,
+        batch: int = 1,
     ) -> None:
-        """Record one speculative step."""
+        """Record one speculative step (`batch`: sequences verified in the same target call)."""
         self.num_steps += 1
+        self.batch_sequences += batch
         self.num_draft_tokens += num_draft_tokens
         self.num_accepted_tokens += num_accepted_tokens
         self.num_output_tokens += num_accepted_tokens + 1
@@ -98,6 +103,16 @@ class SpecStats:
     def mean_acceptance_length(self) -> float:
         """AL = tokens per target forward = 1 + accepted / steps (1.0 for plain decoding)."""
         return 1.0 + self.num_accepted_tokens / self.num_steps if self.num_steps else 0.0
+
+    @property
+    def mean_batch_size(self) -> float:
+        """Sequences per target call over this generation's steps (1.0 one at a time)."""
+        return self.batch_sequences / self.num_steps if self.num_steps else 0.0
+
+    @property
+    def mean_gamma(self) -> float:
+        """Draft tokens per step (0 for plain decoding)."""
+        return self.num_draft_tokens / self.num_steps if self.num_steps else 0.0
 
     @property
     def per_position_acceptance(self) -> list[float]:
@@ -132,7 +147,7 @@ class SpecStats:
             "num_steps", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_output_tokens",
             "num_generated_tokens", "num_prompt_tokens", "num_cached_prompt_tokens", "num_requests",
             "t_prefill_s", "t_draft_s", "t_verify_s", "t_accept_s", "t_generate_s",
-            "t_decode_target_s", "t_decode_draft_s", "t_mask_s", "num_masks",
+            "t_decode_target_s", "t_decode_draft_s", "t_mask_s", "num_masks", "batch_sequences",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for dst, src in ((self.drafted_per_position, other.drafted_per_position),

@@ -19,14 +19,17 @@ class DraftPolicy(Protocol):
         """The committed context (a list the loop extends in place), for policies that read it."""
         ...
 
-    def choose(self, k_cap: int) -> tuple[Drafter, int]:
-        """The drafter and draft length (<= k_cap) for the next step."""
+    def choose(self, k_cap: int, *, batch_rows: int = 0, batch_tokens: float = 0.0) -> tuple[Drafter, int]:
+        """The drafter and draft length (<= k_cap) for the next step; `batch_rows` and
+        `batch_tokens`: the other sequences' rows and expected tokens in the same verify."""
         ...
 
     def observe(
-        self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float
+        self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float, *,
+        batch_rows: int | None = None,
     ) -> None:
-        """The step's outcome and costs."""
+        """The step's outcome and costs (`batch_rows`: the verify call's rows when it held
+        other sequences too; 0 when another sequence reports that call's cost)."""
         ...
 
     def observe_overhead(self, seconds: float) -> None:
@@ -49,11 +52,12 @@ class FixedPolicy:
     def observe_overhead(self, seconds: float) -> None:
         """A fixed policy learns nothing."""
 
-    def choose(self, k_cap: int) -> tuple[Drafter, int]:
-        """(drafter, min(γ, k_cap))."""
+    def choose(self, k_cap: int, *, batch_rows: int = 0, batch_tokens: float = 0.0) -> tuple[Drafter, int]:
+        """(drafter, min(γ, k_cap)), whatever the batch."""
         return self.drafter, max(0, min(self.gamma, k_cap))
 
     def observe(
-        self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float
+        self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float, *,
+        batch_rows: int | None = None,
     ) -> None:
         """A fixed policy learns nothing."""

@@ -81,13 +81,14 @@ class _Gate:
 
 
 def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAPI:
-    """The FastAPI app serving `engine` (one generation at a time, the rest queued)."""
+    """The FastAPI app serving `engine` (`engine.parallel` generations at a time, the rest queued)."""
     settings = settings or ServerSettings()
     metrics = ServerMetrics(numerics=engine.info.numerics)
     queue = GenerationQueue(engine, settings.max_queue, settings.retry_after_s)
     serving = Serving(engine, settings, metrics, queue)
     metrics.waiting.set_function(lambda: queue.waiting)
     metrics.running.set_function(lambda: queue.running)
+    metrics.slots.set(queue.slots)
     created = R.now()
 
     app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
@@ -126,7 +127,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     @app.get("/health")
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok", "model": serving.model_id, "running": queue.running,
-                             "waiting": queue.waiting, "max_queue": queue.max_queue})
+                             "parallel": queue.slots, "waiting": queue.waiting, "max_queue": queue.max_queue})
 
     @app.get("/metrics")
     async def prometheus() -> Response:

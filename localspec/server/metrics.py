@@ -19,6 +19,10 @@ format, exactly as vLLM's do (`vllm:spec_decode_num_drafts` -> `..._total`):
     localspec:spec_decode_num_accepted_tokens_per_pos_total{position="i"}
     localspec:spec_decode_num_drafted_tokens_per_pos_total{position="i"}
     localspec:spec_decode_num_steps_by_drafter_total{drafter}   steps per mechanism (model, ngram, eagle3, ..., none)
+    localspec:spec_decode_num_steps_by_gamma_total{gamma}      steps per draft length chosen (0 = plain)
+    localspec:num_parallel_slots                               gauge: generations that run at once (--parallel)
+    localspec:batch_num_steps_total / batch_num_sequences_total  batched target calls and the sequences
+                                                               verified in them (mean batch = ratio)
 
 Acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts
 (the same definitions as `SpecStats`, which is the only source of these numbers).
@@ -58,7 +62,15 @@ class ServerMetrics:
                               buckets=_TTFT_BUCKETS, registry=r)
         self.queue_time = Histogram(f"{p}request_queue_time_seconds", "Time spent waiting for the engine.",
                                     buckets=_LATENCY_BUCKETS, registry=r)
-        self.running = Gauge(f"{p}num_requests_running", "Generations running (0 or 1).", registry=r)
+        self.running = Gauge(f"{p}num_requests_running", "Generations running (up to --parallel).", registry=r)
+        self.slots = Gauge(f"{p}num_parallel_slots", "Generations that run at once (--parallel).", registry=r)
+        self.slots.set(1)
+        self.steps_by_gamma = Counter(f"{p}spec_decode_num_steps_by_gamma", "Steps per draft length "
+                                      "(0 = a plain step).", ["gamma"], registry=r)
+        self.batch_steps = Counter(f"{p}batch_num_steps", "Target calls of finished generations' steps.",
+                                   registry=r)
+        self.batch_sequences = Counter(f"{p}batch_num_sequences", "Sequences verified in those calls, "
+                                       "summed over the steps of finished generations.", registry=r)
         self.waiting = Gauge(f"{p}num_requests_waiting", "Requests waiting for the engine.", registry=r)
         self.numerics = Gauge(f"{p}numerics_mode", "Numerics mode the target runs in (exact or fast).",
                               ["mode"], registry=r)
@@ -99,6 +111,10 @@ class ServerMetrics:
             self.drafted_per_pos.labels(position=str(i)).inc(n)
         for name, n in stats.drafter_counts.items():
             self.steps_by_drafter.labels(drafter=name).inc(n)
+        for k, n in stats.gamma_counts.items():
+            self.steps_by_gamma.labels(gamma=str(k)).inc(n)
+        self.batch_steps.inc(stats.num_steps)
+        self.batch_sequences.inc(stats.batch_sequences)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -1,4 +1,5 @@
-"""One engine, one generation at a time, a bounded queue in front of it.
+"""One engine, `engine.parallel` generations at a time (one unless `--parallel`), a bounded
+queue in front of it.
 
 The engine is synchronous: each admitted `Generation` (the handle `engine.generate(...)`
 returns) is drained by a `Relay` in its own worker thread, which hands the events to the
@@ -164,39 +165,42 @@ class Relay:
 
 
 class GenerationQueue:
-    """Admission and serialization of generations on one engine."""
+    """Admission of generations on one engine: `engine.parallel` run at once (one, or a
+    continuous batch), up to `max_queue` more wait."""
 
     def __init__(self, engine: Engine, max_queue: int, retry_after_s: int = 1) -> None:
         self.engine = engine
         self.max_queue = max_queue
         self.retry_after_s = retry_after_s
-        self._lock: asyncio.Lock | None = None
+        self.slots = max(1, getattr(engine, "parallel", 1))
+        """Generations that run at once."""
+        self._slots: asyncio.Semaphore | None = None
         self.waiting = 0
         """Requests waiting for the engine now."""
         self.running = 0
-        """Generations running now (0 or 1)."""
+        """Generations running now (0..slots)."""
 
     async def start(self, generation: Generation,
                     on_finish: Callable[[Relay], None] | None = None) -> Relay:
-        """Wait for the engine (or close `generation` and raise QueueFullError) and start
-        relaying it; `on_finish(relay)` runs on the loop once the engine is free again."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        lock = self._lock
-        if lock.locked() and self.waiting >= self.max_queue:
+        """Wait for a free slot (or close `generation` and raise QueueFullError) and start
+        relaying it; `on_finish(relay)` runs on the loop once its slot is free again."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.slots)
+        slots = self._slots
+        if slots.locked() and self.waiting >= self.max_queue:
             generation.close()
             raise QueueFullError(self.max_queue, self.retry_after_s)
         t0 = time.perf_counter()
         self.waiting += 1
         try:
-            await lock.acquire()
+            await slots.acquire()
         finally:
             self.waiting -= 1
         self.running += 1
 
         def release() -> None:
             self.running -= 1
-            lock.release()
+            slots.release()
 
         try:
             relay = Relay(generation, asyncio.get_running_loop(), release, time.perf_counter() - t0)

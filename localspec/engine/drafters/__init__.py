@@ -40,11 +40,14 @@ def offered(
     draft: ModelBackend | None,
     n_vocab: int,
     features: tuple[str, FeatureDraftModel] | None = None,
+    *,
+    mtp: bool = True,
 ) -> dict[str, Drafter]:
     """Every drafter an engine with these models can use, by name: prompt lookup always, the
     draft model when there is one (`n_vocab`: the columns target and drafter share), the
     target's own MTP layers when it has some (`n_layer_nextn`, llama.cpp targets), and a
-    hidden-state drafter when `features` gives its (kind, driver)."""
+    hidden-state drafter when `features` gives its (kind, driver). `mtp=False` leaves MTP out
+    (its head drives one sequence of the target: not in a batch of several)."""
     drafters: dict[str, Drafter] = {}
     if draft is not None:
         drafters["model"] = ModelDrafter(draft, n_vocab)
@@ -52,7 +55,7 @@ def offered(
         kind, model = features
         drafters[kind] = hidden_drafter(kind, model, n_vocab)
     drafters["ngram"] = PromptLookupDrafter()
-    if getattr(target, "n_layer_nextn", 0) > 0:
+    if mtp and getattr(target, "n_layer_nextn", 0) > 0:
         from localspec.engine.llama.mtp import mtp_head
 
         drafters["mtp"] = MtpDrafter(mtp_head(target), n_vocab)

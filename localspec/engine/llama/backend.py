@@ -14,6 +14,7 @@ kept rows again. Any other drop is re-evaluation: clear the memory, decode the k
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import logging
 import os
@@ -135,10 +136,18 @@ def _nextn_rows(ctx: Any, n: int, n_embd: int) -> npt.NDArray[np.float32]:
 
 
 class LlamaCppBackend:
-    """A GGUF model with its own context (one sequence), batch and token record."""
+    """A GGUF model with its own context, batch and token record of sequence 0.
+
+    With `n_seq` > 1 the context holds that many sequences, each with its own KV stream of
+    `spec.n_ctx` positions (non-unified: a sequence's attention runs over its own cells only,
+    as if it were alone, so exact numerics hold per sequence); `sequence(i)` is the view of
+    sequence i (this object is sequence 0), and `decode_many` evaluates rows of several
+    sequences in one `llama_decode`.
+    """
 
     def __init__(
-        self, spec: ModelSpec, *, n_outputs_max: int = 64, rs_snapshots: int = RS_SNAPSHOTS, checkpoint: bool = True
+        self, spec: ModelSpec, *, n_outputs_max: int = 64, rs_snapshots: int = RS_SNAPSHOTS, checkpoint: bool = True,
+        n_seq: int = 1,
     ) -> None:
         if not os.path.isfile(spec.path):
             raise ModelNotFoundError(
@@ -182,10 +191,17 @@ class LlamaCppBackend:
         """`kv` (attention only), `hybrid` (attention + recurrent layers) or `recurrent`."""
         n_threads = spec.n_threads or _physical_cores()
         cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = spec.n_ctx
+        self.n_seq = max(1, n_seq)
+        cparams.n_ctx = spec.n_ctx * self.n_seq
         cparams.n_batch = spec.n_batch
         cparams.n_ubatch = spec.n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = self.n_seq
+        # several sequences: exact numerics give each its own KV stream (its attention sums run
+        # over its own cells, as alone), at the price of llama.cpp splitting a batch into
+        # ubatches of equal rows per consecutive sequence ids; fast numerics share one unified
+        # cache (one ubatch per batch, but a sequence's attention sums then group its cells
+        # among the others', so its logits can change in the last bits with the batch)
+        cparams.kv_unified = self.n_seq > 1 and spec.numerics == "fast"
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
@@ -204,7 +220,12 @@ class LlamaCppBackend:
                 f"llama.cpp could not create a context of {spec.n_ctx} tokens for {self.name}; "
                 "try a smaller context (-c) or fewer GPU layers (-ngl)."
             )
-        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx)) // self.n_seq
+        """Positions of one sequence."""
+        self.seq_id = 0
+        self._owner = True
+        """This object frees the model (views from `sequence()` do not)."""
+        self._views: dict[int, LlamaCppBackend] = {0: self}
         self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.memory_kind != "kv" else 0
         """How many tokens of its last decode a recurrent/hybrid model can step back natively."""
         self._last_decode_n = 0
@@ -291,7 +312,7 @@ class LlamaCppBackend:
                 batch.token[i] = tok
                 batch.pos[i] = pos0 + i
                 batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
+                batch.seq_id[i][0] = self.seq_id
                 batch.logits[i] = all_logits
             batch.n_tokens = len(chunk)
             if last_chunk and not all_logits:
@@ -306,7 +327,7 @@ class LlamaCppBackend:
             self._last_decode_n, self._rollback_pending = len(chunk), False
             if rc != 0:
                 # the cache may hold part of the batch now: drop it so `tokens` stays true
-                llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+                llama_cpp.llama_memory_seq_rm(self._mem, self.seq_id, self.n_past, -1)
                 if rc == 1:
                     raise ContextOverflowError(
                         f"{self.name}: no KV cache slot for {len(chunk)} tokens at position {pos0}; "
@@ -329,7 +350,7 @@ class LlamaCppBackend:
             # a snapshot exists for the states after each of the last decode's tokens but its
             # last one; llama.cpp does not check that, so step back only within them, once
             native = not self._rollback_pending and back <= self.n_rs_seq and back < self._last_decode_n
-            if native and llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+            if native and llama_cpp.llama_memory_seq_rm(self._mem, self.seq_id, n_past, -1):
                 self._rollback_pending = True
                 del self.tokens[n_past:]
                 return
@@ -338,17 +359,17 @@ class LlamaCppBackend:
                 return
             self._reevaluate(n_past)
             return
-        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+        if not llama_cpp.llama_memory_seq_rm(self._mem, self.seq_id, n_past, -1):
             self._reevaluate(n_past)
             return
         del self.tokens[n_past:]
 
     def _save_recurrent(self) -> None:
         """Copy the recurrent part of the state (position n_past - 1) to host memory."""
-        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, 0, _PARTIAL_ONLY)
+        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, self.seq_id, _PARTIAL_ONLY)
         if len(self._snap) < size:
             self._snap = (ctypes.c_uint8 * size)()
-        self._snap_size = llama_cpp.llama_state_seq_get_data_ext(self._ctx, self._snap, size, 0, _PARTIAL_ONLY)
+        self._snap_size = llama_cpp.llama_state_seq_get_data_ext(self._ctx, self._snap, size, self.seq_id, _PARTIAL_ONLY)
         self._snap_pos = self.n_past if self._snap_size else None
 
     def _restore_recurrent(self, n_past: int) -> None:
@@ -358,10 +379,10 @@ class LlamaCppBackend:
         assert pos is not None
         again = self.tokens[pos:n_past]
         self._snap_pos = None
-        if llama_cpp.llama_state_seq_set_data_ext(self._ctx, self._snap, self._snap_size, 0, _PARTIAL_ONLY) == 0:
+        if llama_cpp.llama_state_seq_set_data_ext(self._ctx, self._snap, self._snap_size, self.seq_id, _PARTIAL_ONLY) == 0:
             self._reevaluate(n_past)
             return
-        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, pos, -1):
+        if not llama_cpp.llama_memory_seq_rm(self._mem, self.seq_id, pos, -1):
             self._reevaluate(n_past)
             return
         del self.tokens[pos:]
@@ -372,13 +393,109 @@ class LlamaCppBackend:
     def _reevaluate(self, n_past: int) -> None:
         """Rebuild the state of tokens[:n_past] from scratch (the memory cannot drop the rest)."""
         keep = self.tokens[:n_past]
-        llama_cpp.llama_memory_clear(self._mem, True)
+        if self.n_seq == 1:
+            llama_cpp.llama_memory_clear(self._mem, True)
+        else:  # the other sequences stay
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq_id, -1, -1)
         self.tokens.clear()
         self._rollback_pending = False
         if keep:
             log.debug("%s: re-evaluating %d tokens to drop %d", self.name, len(keep), n_past)
             self.num_reevaluated += len(keep)
             self.decode(keep)
+
+    # -- several sequences ------------------------------------------------------------
+    def sequence(self, i: int) -> LlamaCppBackend:
+        """The view of sequence `i` (0 <= i < n_seq): the same model and context, its own
+        KV positions, token record and rollback state. Views are made once and kept."""
+        if not 0 <= i < self.n_seq:
+            raise ValueError(f"sequence {i} out of range: this context holds {self.n_seq}")
+        owner = self._views[0]
+        view = owner._views.get(i)
+        if view is None:
+            view = copy.copy(owner)
+            view.seq_id, view._owner = i, False
+            view.tokens = []
+            view.t_decode_s = 0.0
+            view.num_reevaluated = 0
+            view._last_decode_n, view._rollback_pending = 0, False
+            view._snap, view._snap_size, view._snap_pos = (ctypes.c_uint8 * 0)(), 0, None
+            view.hidden = None
+            view.decode_hooks = []
+            owner._views[i] = view
+        return view
+
+    def decode_many(self, parts: Sequence[tuple[LlamaCppBackend, Sequence[int], bool]]) -> list[npt.NDArray[np.float32]]:
+        """Evaluate each (sequence view, tokens, all_logits) in one `llama_decode` (several when
+        the rows exceed n_batch); returns per part its logits rows [len(tokens), V] when
+        all_logits, else an empty [0, V] (no row is read: prompt chunks). Views into
+        llama.cpp's buffer, valid until the next decode. On failure every part's sequence is
+        left as before the call and the error names the first part's model."""
+        parts = [p for p in parts if len(p[1])]
+        out: list[npt.NDArray[np.float32]] = []
+        group: list[tuple[LlamaCppBackend, Sequence[int], bool]] = []
+        rows = 0
+        for part in parts:
+            if len(part[1]) > self.n_batch:
+                raise ValueError(f"a part of {len(part[1])} rows exceeds n_batch={self.n_batch}")
+            if rows + len(part[1]) > self.n_batch:
+                out += self._decode_group(group)
+                group, rows = [], 0
+            group.append(part)
+            rows += len(part[1])
+        if group:
+            out += self._decode_group(group)
+        return out
+
+    def _decode_group(self, parts: Sequence[tuple[LlamaCppBackend, Sequence[int], bool]]) -> list[npt.NDArray[np.float32]]:
+        batch = self._batch
+        i = 0
+        for view, tokens, all_logits in parts:
+            if view._views[0] is not self._views[0]:
+                raise ValueError("decode_many needs views of this model's context")
+            if view.n_past + len(tokens) > view.n_ctx:
+                raise ContextOverflowError(
+                    f"{view.name}: {view.n_past + len(tokens)} tokens exceed the context of {view.n_ctx}; "
+                    "raise -c/--ctx-size or shorten the prompt"
+                )
+            if view._checkpoint:
+                if all_logits and view.tokens:
+                    view._save_recurrent()
+                else:
+                    view._snap_pos = None
+            for j, tok in enumerate(tokens):
+                batch.token[i] = tok
+                batch.pos[i] = view.n_past + j
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = view.seq_id
+                batch.logits[i] = all_logits
+                i += 1
+        batch.n_tokens = i
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        dt = time.perf_counter() - t0
+        for view, tokens, _ in parts:
+            view.t_decode_s += dt
+            view._last_decode_n, view._rollback_pending = len(tokens), False
+            if rc != 0:
+                llama_cpp.llama_memory_seq_rm(self._mem, view.seq_id, view.n_past, -1)
+        if rc != 0:
+            if rc == 1:
+                raise ContextOverflowError(f"{self.name}: no KV cache slot for a batch of {i} rows; raise -c/--ctx-size")
+            raise DecodeError(f"{self.name}: llama_decode failed with code {rc}")
+        n_out = sum(len(t) for _, t, a in parts if a)
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        logits = np.ctypeslib.as_array(ptr, shape=(max(n_out, 1), self.n_vocab))
+        out: list[npt.NDArray[np.float32]] = []
+        row = 0
+        for view, tokens, all_logits in parts:
+            view.tokens.extend(int(t) for t in tokens)
+            if all_logits:
+                out.append(logits[row : row + len(tokens)])
+                row += len(tokens)
+            else:
+                out.append(logits[:0])
+        return out
 
     def keep_hidden(self) -> None:
         """From now on record every position's hidden state (the input of the nextn layers) in
@@ -440,8 +557,8 @@ class LlamaCppBackend:
         return self._token_text(self._eos)
 
     def close(self) -> None:
-        """Free batch, context and model (idempotent)."""
-        if getattr(self, "_ctx", None):
+        """Free batch, context and model (idempotent; a sequence view frees nothing)."""
+        if getattr(self, "_owner", True) and getattr(self, "_ctx", None):
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             llama_cpp.llama_model_free(self._model)

@@ -1,0 +1,229 @@
+"""Continuous batching (engine/batch.py) on fake multi-sequence backends: outputs equal the
+one-at-a-time engine's per request, one verify call per step holds every active sequence,
+requests join and leave between steps, prompts prefill in chunks, a cancel or a failure ends
+one generation only, and the adaptive policy drafts less as the batch makes rows dearer.
+The same guarantees on real weights: tests/engine/test_batch_real.py."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from localspec.engine import Engine, Generation, GenerationRequest
+from localspec.engine.adaptive import AdaptivePolicy, PolicyState
+from localspec.engine.drafters import ModelDrafter, PromptLookupDrafter
+from localspec.engine.fake import FakeBackend
+from localspec.errors import EngineBusyError, InvalidRequestError
+from localspec.types import SamplingParams
+
+SCRIPT = "The quick brown fox jumps over the lazy dog. Then it runs home and sleeps. The end."
+PROMPTS = ["The quick", "Then it", "The lazy", "runs home", "over the"]
+
+
+def make_engine(parallel: int, **kw: object) -> Engine:
+    return Engine(FakeBackend(SCRIPT, n_seq=parallel, **kw),  # type: ignore[arg-type]
+                  FakeBackend(SCRIPT, error_rate=0.25, seed=3, n_seq=parallel, **kw),  # type: ignore[arg-type]
+                  check_invariants=True, parallel=parallel, prefill_chunk=4)
+
+
+def request(prompt: str, **kw: object) -> GenerationRequest:
+    kw.setdefault("drafter", "model")
+    kw.setdefault("max_tokens", 40)
+    return GenerationRequest(prompt=prompt, **kw)  # type: ignore[arg-type]
+
+
+def drain(gen: Generation, out: dict[int, str], key: int) -> None:
+    out[key] = "".join(ev.text for ev in gen)
+
+
+def run_together(engine: Engine, reqs: list[GenerationRequest]) -> tuple[list[str], list[Generation]]:
+    gens = [engine.generate(r) for r in reqs]
+    out: dict[int, str] = {}
+    threads = [threading.Thread(target=drain, args=(g, out, i)) for i, g in enumerate(gens)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return [out[i] for i in range(len(reqs))], gens
+
+
+def alone(reqs: list[GenerationRequest]) -> list[str]:
+    engine = Engine(FakeBackend(SCRIPT), FakeBackend(SCRIPT, error_rate=0.25, seed=3), check_invariants=True)
+    try:
+        return ["".join(ev.text for ev in engine.generate(r)) for r in reqs]
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram", "none", "adaptive"])
+def test_each_request_gets_what_it_gets_alone(drafter: str) -> None:
+    reqs = [request(p, drafter=drafter, temperature=0.0 if i % 2 else 0.9, seed=i) for i, p in enumerate(PROMPTS)]
+    engine = make_engine(3)
+    try:
+        texts, gens = run_together(engine, reqs)
+        assert texts == alone(reqs)
+        assert all(g.finish_reason in ("stop", "length") for g in gens)
+        for g, text in zip(gens, texts, strict=True):  # usage counts are this request's own
+            assert g.stats.num_generated_tokens == len(text.encode())
+        assert not engine.busy
+    finally:
+        engine.close()
+
+
+def test_one_verify_call_holds_every_active_sequence() -> None:
+    engine = make_engine(3, decode_delay_s=0.001)
+    try:
+        run_together(engine, [request(p, max_tokens=30) for p in PROMPTS[:3]])
+        target = engine.target
+        assert isinstance(target, FakeBackend)
+        assert max(len({seq for seq, _ in parts}) for parts in target.batches) == 3
+        batch = engine.batch_stats
+        assert batch is not None and batch.mean_batch > 1.5 and batch.steps > 0
+    finally:
+        engine.close()
+
+
+def test_long_prompts_prefill_in_chunks_beside_the_others() -> None:
+    engine = make_engine(2, decode_delay_s=0.001)
+    try:
+        long_prompt = "The quick brown fox jumps over the lazy dog. Then it"
+        texts, _ = run_together(engine, [request("The quick", max_tokens=30), request(long_prompt, max_tokens=10)])
+        assert texts == alone([request("The quick", max_tokens=30), request(long_prompt, max_tokens=10)])
+        target = engine.target
+        assert isinstance(target, FakeBackend)
+        prompt_rows = [rows for parts in target.batches for _, rows in parts]
+        assert max(prompt_rows) <= 4 + 1  # chunks of prefill_chunk=4; a verify has <= γ+1 rows
+    finally:
+        engine.close()
+
+
+def test_requests_beyond_the_slots_wait_and_then_join() -> None:
+    engine = make_engine(2, decode_delay_s=0.001)
+    try:
+        reqs = [request(p, max_tokens=25) for p in PROMPTS]
+        texts, gens = run_together(engine, reqs)
+        assert texts == alone(reqs)
+        assert engine.total_stats().num_requests == len(PROMPTS)
+    finally:
+        engine.close()
+
+
+def test_cancel_ends_one_generation_and_not_the_others() -> None:
+    engine = make_engine(3, decode_delay_s=0.002)
+    try:
+        reqs = [request(p, max_tokens=60, drafter="none") for p in PROMPTS[:3]]
+        gens = [engine.generate(r) for r in reqs]
+        out: dict[int, str] = {}
+        threads = [threading.Thread(target=drain, args=(g, out, i)) for i, g in enumerate(gens) if i != 1]
+        for t in threads:
+            t.start()
+        seen = []
+        for ev in gens[1]:
+            seen.append(ev)
+            if len(seen) == 3:
+                gens[1].cancel()
+        for t in threads:
+            t.join(timeout=60)
+        assert seen[-1].finish_reason == "cancelled"
+        expected = alone([reqs[0], reqs[2]])
+        assert [out[0], out[2]] == expected
+        after = engine.generate(request("The lazy", max_tokens=20))
+        assert "".join(ev.text for ev in after) == alone([request("The lazy", max_tokens=20)])[0]
+    finally:
+        engine.close()
+
+
+def test_leaving_the_iterator_early_frees_the_slot() -> None:
+    engine = make_engine(1 + 1, decode_delay_s=0.001)
+    try:
+        gen = engine.generate(request("The quick", max_tokens=60))
+        next(iter(gen))
+        gen.close()
+        texts, _ = run_together(engine, [request(p, max_tokens=20) for p in PROMPTS[:2]])
+        assert texts == alone([request(p, max_tokens=20) for p in PROMPTS[:2]])
+    finally:
+        engine.close()
+
+
+def test_a_failing_sequence_ends_alone_and_the_engine_stays_usable(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine(2, decode_delay_s=0.001)
+    try:
+        calls = {"n": 0}
+        original = ModelDrafter.propose
+
+        def flaky(self: ModelDrafter, context: list[int], *args: object, **kw: object) -> object:
+            if bytes(context[:9]) == b"The quick":  # only the first request's drafts break
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise RuntimeError("drafter broke")
+            return original(self, context, *args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(ModelDrafter, "propose", flaky)
+        g0, g1 = engine.generate(request("The quick", max_tokens=40)), engine.generate(request("Then it", max_tokens=40))
+        out: dict[int, str] = {}
+        t = threading.Thread(target=drain, args=(g1, out, 1))
+        t.start()
+        with pytest.raises(RuntimeError, match="drafter broke"):
+            "".join(ev.text for ev in g0)
+        t.join(timeout=60)
+        assert out[1] == alone([request("Then it", max_tokens=40)])[0]
+        monkeypatch.undo()
+        again = engine.generate(request("The quick", max_tokens=40))
+        assert "".join(ev.text for ev in again) == alone([request("The quick", max_tokens=40)])[0]
+    finally:
+        engine.close()
+
+
+def test_busy_without_wait_only_when_every_slot_is_taken() -> None:
+    engine = make_engine(2, decode_delay_s=0.005)
+    try:
+        gens = [engine.generate(request(p, max_tokens=50), wait=False) for p in PROMPTS[:2]]
+        threads = [threading.Thread(target=lambda g=g: list(g)) for g in gens]
+        for t in threads:
+            t.start()
+        with pytest.raises(EngineBusyError):
+            engine.generate(request("The lazy"), wait=False)
+        for g in gens:
+            g.cancel()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        engine.close()
+
+
+def test_parallel_needs_a_multi_sequence_backend() -> None:
+    with pytest.raises(InvalidRequestError, match="parallel"):
+        Engine(FakeBackend(SCRIPT), parallel=0)
+
+
+def _policy(verify: dict[int, float]) -> AdaptivePolicy:
+    """An adaptive policy with prompt lookup only, whose verify costs are measured as given."""
+    state = PolicyState()
+    for _ in range(30):
+        for n, sec in verify.items():
+            state.verify.observe(n, sec)
+    lookup = PromptLookupDrafter()
+    p = AdaptivePolicy([lookup], 4, SamplingParams(temperature=0.0), state)
+    context = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
+    lookup.begin(context)
+    p.bind(context)
+    for _ in range(10):  # lookup drafts: the first two accepted in 2 of 3 steps, none in the third
+        for accepted in (2, 2, 0):
+            p.acceptance["ngram4"].observe(4, accepted)
+            p.acceptance["ngram3"].observe(4, accepted)
+    return p
+
+
+def test_the_policy_drafts_less_as_the_batch_makes_rows_dearer() -> None:
+    # a CPU: each row adds 60 % of a one-row call
+    cpu = {n: 0.010 * (1 + 0.6 * (n - 1)) for n in range(1, 41)}
+    ks = [_policy(cpu).choose(4, batch_rows=n, batch_tokens=float(n))[1] for n in (0, 1, 3, 7)]
+    assert ks == sorted(ks, reverse=True) and ks[0] > 0 and ks[-1] < ks[0], ks
+    p = _policy(cpu)
+    p.choose(4, batch_rows=7, batch_tokens=7.0)
+    # a GPU: rows nearly free at any batch size: drafting stays on in the batch
+    gpu = {n: 0.010 * (1 + 0.01 * (n - 1)) for n in range(1, 41)}
+    assert _policy(gpu).choose(4, batch_rows=7, batch_tokens=7.0)[1] == _policy(gpu).choose(4)[1] > 0
+    assert np.isfinite(p.expected_tokens)
