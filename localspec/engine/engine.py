@@ -119,7 +119,8 @@ class Engine:
         self._acceptor = Acceptor(get_backend(kernel), n_vocab)
         features = (hidden[0], self._features) if hidden is not None and self._features is not None else None
         try:
-            self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features, mtp=parallel == 1)
+            self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features, mtp=parallel == 1,
+                                                       lazy_begin=parallel > 1)
         except BaseException:
             if self._features is not None:
                 self._features.close()
@@ -274,7 +275,7 @@ class Engine:
         draft = self._multi(self.draft).sequence(slot) if self.draft is not None else None
         drafters = self._slot_drafters.get(slot)
         if drafters is None:
-            drafters = offered(target, draft, self._acceptor.n_vocab, None, mtp=False)
+            drafters = offered(target, draft, self._acceptor.n_vocab, None, mtp=False, lazy_begin=True)
             self._slot_drafters[slot] = drafters
         return StepLoop(target, self._acceptor, self._policy(request, drafters), request, stats, cancel,
                         draft_model=draft, check_invariants=self.check_invariants, guide=self._guide(request))

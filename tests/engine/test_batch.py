@@ -227,3 +227,16 @@ def test_the_policy_drafts_less_as_the_batch_makes_rows_dearer() -> None:
     gpu = {n: 0.010 * (1 + 0.01 * (n - 1)) for n in range(1, 41)}
     assert _policy(gpu).choose(4, batch_rows=7, batch_tokens=7.0)[1] == _policy(gpu).choose(4)[1] > 0
     assert np.isfinite(p.expected_tokens)
+
+
+def test_a_lazy_draft_model_evaluates_the_prompt_only_when_it_drafts() -> None:
+    draft = FakeBackend(SCRIPT)
+    drafter = ModelDrafter(draft, lazy_begin=True)
+    context = list(b"The quick brown")
+    drafter.begin(context)
+    assert draft.calls == [] and drafter.pending(context) == len(context)
+    proposal = drafter.propose(context, 3, SamplingParams(temperature=0.0), np.random.default_rng(0))
+    assert bytes(proposal.tokens) == b" fo" and draft.calls[0] == ("decode", 0, len(context))
+    eager = FakeBackend(SCRIPT)
+    ModelDrafter(eager).begin(context)
+    assert eager.calls == [("decode", 0, len(context) - 1)]

@@ -42,15 +42,17 @@ def offered(
     features: tuple[str, FeatureDraftModel] | None = None,
     *,
     mtp: bool = True,
+    lazy_begin: bool = False,
 ) -> dict[str, Drafter]:
     """Every drafter an engine with these models can use, by name: prompt lookup always, the
     draft model when there is one (`n_vocab`: the columns target and drafter share), the
     target's own MTP layers when it has some (`n_layer_nextn`, llama.cpp targets), and a
     hidden-state drafter when `features` gives its (kind, driver). `mtp=False` leaves MTP out
-    (its head drives one sequence of the target: not in a batch of several)."""
+    (its head drives one sequence of the target: not in a batch of several); `lazy_begin`: the
+    draft model evaluates a new prompt when it first drafts, not when the request starts."""
     drafters: dict[str, Drafter] = {}
     if draft is not None:
-        drafters["model"] = ModelDrafter(draft, n_vocab)
+        drafters["model"] = ModelDrafter(draft, n_vocab, lazy_begin=lazy_begin)
     if features is not None:
         kind, model = features
         drafters[kind] = hidden_drafter(kind, model, n_vocab)

@@ -28,8 +28,12 @@ class ModelDrafter:
     sequential = True
     """One decode call per draft token after the first."""
 
-    def __init__(self, backend: ModelBackend, n_vocab: int | None = None) -> None:
+    def __init__(self, backend: ModelBackend, n_vocab: int | None = None, *, lazy_begin: bool = False) -> None:
         self.backend = backend
+        self.lazy_begin = lazy_begin
+        """`begin` keeps the cached prefix only; the first proposal evaluates the rest of the
+        prompt (a batch of several generations: an eager prefill would stall all of them for a
+        drafter the policy may never pick, and `pending` lets it price the catch-up)."""
         self.n_vocab = n_vocab or backend.n_vocab
         """Columns shared with the target (ids beyond are padding and never proposed)."""
         self._rows = np.empty((MAX_GAMMA, self.n_vocab), dtype=np.float32)
@@ -45,6 +49,9 @@ class ModelDrafter:
         """Reuse the cached prefix and evaluate the rest of the prompt but its last token
         (timed in `decode_log`, for cost models)."""
         self.decode_log.clear()
+        if self.lazy_begin:
+            cache.keep_prefix(self.backend, context)
+            return
         t0 = self.backend.t_decode_s
         n = len(context) - 1 - cache.prefill(self.backend, context)
         if n > 0:
