@@ -92,3 +92,22 @@ def test_a_cancel_leaves_the_other_sequences_intact(engines: tuple[Engine, Engin
         t.join(timeout=600)
     assert victim.finish_reason == "cancelled"
     assert [out[0], out[1]] == alone
+
+
+def test_fast_numerics_share_one_unified_cache(qwen_target_path: Path) -> None:
+    """`fast`: the sequences share one unified KV cache (one ubatch per step). Logits may then
+    differ in the last bits with the batch's make-up, so this checks that it runs right — every
+    request ends, its tokens are its own, and its text starts like the request alone — not
+    bit-identity."""
+    spec = ModelSpec(str(qwen_target_path), n_ctx=512, numerics="fast")
+    engine = Engine(spec, parallel=2)
+    try:
+        assert engine.info.numerics == "fast"
+        reqs = [req(p, drafter="ngram", temperature=0.0, max_tokens=16) for p in PROMPTS[:2]]
+        got = together(engine, reqs)
+        alone = [ids(engine.generate(r)) for r in reqs]
+        for g, a in zip(got, alone, strict=True):
+            assert 0 < len(g) <= 16 and g[:3] == a[:3]
+        assert got[0] != got[1]
+    finally:
+        engine.close()

@@ -141,6 +141,39 @@ def test_hybrid_target_with_a_hybrid_draft_model(mtp_gguf: Path, other_gguf: Pat
 
 @pytest.mark.models
 @pytest.mark.slow
+@pytest.mark.parametrize("snapshots", [True, False], ids=["snapshots", "save-restore"])
+def test_hybrid_targets_batch_several_sequences(mtp_gguf: Path, other_gguf: Path, snapshots: bool) -> None:
+    """`--parallel`: a hybrid target and a hybrid draft model holding 3 sequences; each
+    sequence's recurrent state rolls back on its own (llama.cpp's per-sequence snapshots, or the
+    saved state of that sequence), and every request's greedy output is the plain one."""
+    import threading
+
+    kw: dict[str, int | bool] = {} if snapshots else {"rs_snapshots": 0}
+    engine = Engine(_target(mtp_gguf, n_seq=3, **kw), _target(other_gguf, n_seq=3), check_invariants=True,
+                    parallel=3, prefill_chunk=3)
+    single = _target(mtp_gguf)
+    try:
+        gens = [engine.generate(GenerationRequest(prompt=p, max_tokens=24, drafter="model", gamma=3))
+                for p in PROMPTS]
+        out: dict[int, list[int]] = {}
+        threads = [threading.Thread(target=lambda i=i, g=g: out.__setitem__(i, [e.token_id for e in g if e.token_id >= 0]))
+                   for i, g in enumerate(gens)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        for i, text in enumerate(PROMPTS):
+            assert out[i] == plain_greedy(single, engine.tokenize(text), 24), text
+        s = engine.total_stats()
+        assert s.num_accepted_tokens < s.num_draft_tokens  # rejections: rollbacks happened
+        assert s.batch_sequences > s.num_steps  # the sequences shared verify calls
+    finally:
+        engine.close()
+        single.close()
+
+
+@pytest.mark.models
+@pytest.mark.slow
 def test_mtp_sampled_pairs_follow_the_target_distribution(mtp_engine: Engine) -> None:
     """χ² over N seeded generations at T=1, top-k 4: the joint distribution of the first two
     output tokens (accepted or recovered draft, then draft, bonus or recovered) equals the
