@@ -1,4 +1,8 @@
-"""Where localspec keeps its files (platformdirs), and where its packaged data lives."""
+"""Where localspec keeps its files (platformdirs), and where its packaged data lives.
+
+platformdirs is imported only when a folder is not overridden by its `LOCALSPEC_*_DIR`
+variable, so the kernels run (and their tests) on a machine without it (the GPU check).
+"""
 
 from __future__ import annotations
 
@@ -7,27 +11,37 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from platformdirs import user_cache_path, user_config_path, user_data_path
-
 APP_NAME = "localspec"
 
 
 def data_dir() -> Path:
     """User data dir (models store lives here). `LOCALSPEC_DATA_DIR` overrides it."""
     override = os.environ.get("LOCALSPEC_DATA_DIR")
-    return Path(override) if override else user_data_path(APP_NAME)
+    if override:
+        return Path(override)
+    from platformdirs import user_data_path
+
+    return user_data_path(APP_NAME)
 
 
 def cache_dir() -> Path:
     """User cache dir (built kernels, downloaded packages). `LOCALSPEC_CACHE_DIR` overrides it."""
     override = os.environ.get("LOCALSPEC_CACHE_DIR")
-    return Path(override) if override else user_cache_path(APP_NAME)
+    if override:
+        return Path(override)
+    from platformdirs import user_cache_path
+
+    return user_cache_path(APP_NAME)
 
 
 def config_dir() -> Path:
     """User config dir. `LOCALSPEC_CONFIG_DIR` overrides it."""
     override = os.environ.get("LOCALSPEC_CONFIG_DIR")
-    return Path(override) if override else user_config_path(APP_NAME)
+    if override:
+        return Path(override)
+    from platformdirs import user_config_path
+
+    return user_config_path(APP_NAME)
 
 
 def model_store_dir() -> Path:

@@ -91,6 +91,23 @@ def grid(seed: int = 0, large: bool = True) -> Iterator[Case]:
             yield make_case(rng, k, n_vocab, PARAMS[0], False)  # greedy on every large shape
 
 
+SERVER_GAMMAS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
+"""Draft lengths a request may ask for, up to `types.MAX_GAMMA` = 32."""
+REAL_VOCABS = (32_000, 128_256, 151_936, 262_144)
+"""Llama-2 / Mistral, Llama-3, Qwen2.5, Gemma-3."""
+
+
+def shape_grid(seed: int = 11) -> Iterator[Case]:
+    """Every γ of `SERVER_GAMMAS` on every vocabulary of `REAL_VOCABS`: greedy, T=0.8 with
+    draft logits, T=0.8 without (n-gram drafts) — the shapes the engine sends a backend."""
+    rng = np.random.default_rng(seed)
+    for n_vocab in REAL_VOCABS:
+        for k in SERVER_GAMMAS:
+            yield make_case(rng, k, n_vocab, SamplingParams(temperature=0.0), False)
+            yield make_case(rng, k, n_vocab, SamplingParams(temperature=0.8), True)
+            yield make_case(rng, k, n_vocab, SamplingParams(temperature=0.8), False)
+
+
 def special_cases() -> Iterator[Case]:
     """Hand-made edge cases: ties, -inf logits, q == p (recovery fallback), V = 1."""
     rng = np.random.default_rng(7)

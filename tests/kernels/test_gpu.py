@@ -1,12 +1,20 @@
-"""The device kernel against the reference on the same grid (needs an NVIDIA GPU + driver)."""
+"""The device kernel (and torch on the GPU) against the reference (needs an NVIDIA GPU + driver).
+
+Run by `scripts/gpu_check.sh` on a CUDA machine; everywhere else every test here skips
+with the reason the kernel or torch cannot run.
+"""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
+from localspec.kernels.bench import step_inputs
 from localspec.kernels.reference import accept_ref
+from localspec.types import SamplingParams
 
-from .cases import compare, grid, special_cases
+from .cases import REAL_VOCABS, SERVER_GAMMAS, Case, compare, grid, shape_grid, special_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -21,11 +29,41 @@ def cuda_backend() -> object:
     return CudaBackend()
 
 
+@pytest.fixture(scope="module")
+def torch_cuda() -> object:
+    from localspec.kernels._torch import TorchBackend, torch_status
+
+    reason = torch_status("cuda")
+    if reason is not None:
+        pytest.skip(f"torch-cuda unavailable: {reason}")
+    return TorchBackend("cuda")
+
+
 def test_cuda_kernel_matches_reference_on_the_grid(cuda_backend: object) -> None:
     n, justified, wrong = compare(grid(seed=0), cuda_backend.accept)  # type: ignore[attr-defined]
     assert n > 150
     assert not wrong, "\n".join(wrong)
     assert len(justified) <= n // 50, "\n".join(justified)
+
+
+def test_cuda_kernel_matches_reference_on_server_shapes(cuda_backend: object) -> None:
+    """γ 1..32 on 32k..262k vocabularies: greedy exactly (no mismatch is ever justified for
+    greedy), sampling with the same uniforms up to float32-fragile decisions."""
+    n, justified, wrong = compare(shape_grid(), cuda_backend.accept)  # type: ignore[attr-defined]
+    assert n == 3 * len(SERVER_GAMMAS) * len(REAL_VOCABS)
+    assert not wrong, "\n".join(wrong)
+    assert len(justified) <= n // 50, "\n".join(justified)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_cuda_kernel_on_the_bench_workload(cuda_backend: object, temperature: float) -> None:
+    """What `localspec bench kernels` times (q == p, drafts = argmax) is computed right:
+    every draft accepted, the bonus token the reference's."""
+    target, drafts, q, uniforms = step_inputs(8, 151_936)
+    case = Case(target, drafts, q, uniforms, SamplingParams(temperature=temperature), f"bench T={temperature}")
+    n, justified, wrong = compare(iter([case]), cuda_backend.accept)  # type: ignore[attr-defined]
+    assert n == 1 and not wrong, "\n".join(wrong)
+    assert case.run(cuda_backend.accept).num_accepted == 8  # type: ignore[attr-defined]
 
 
 def test_cuda_kernel_special_cases(cuda_backend: object) -> None:
@@ -48,3 +86,28 @@ def test_cuda_kernel_is_deterministic(cuda_backend: object) -> None:
         assert all(case.run(cuda_backend.accept) == first for _ in range(3))  # type: ignore[attr-defined]
         assert len(first.tokens) == first.num_accepted + 1
         assert case.run(accept_ref).num_accepted >= 0
+
+
+def test_cuda_kernel_concurrent_callers(cuda_backend: object) -> None:
+    """Several engines in one process share the kernel's device buffers (one lock): calls
+    from 4 threads, with vocabularies that regrow the buffers, give the sequential results."""
+    cases = [c for i, c in enumerate(grid(seed=6, large=True)) if i % 5 == 0]
+    expected = [c.run(cuda_backend.accept) for c in cases]  # type: ignore[attr-defined]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda c: c.run(cuda_backend.accept), cases))  # type: ignore[attr-defined]
+    assert len(cases) > 30 and got == expected
+
+
+def test_torch_cuda_matches_reference_on_the_grid(torch_cuda: object) -> None:
+    """The backend the fused kernel is benchmarked against computes the same rule on the GPU."""
+    n, justified, wrong = compare(grid(seed=3), torch_cuda.accept)  # type: ignore[attr-defined]
+    assert n > 150
+    assert not wrong, "\n".join(wrong)
+    assert len(justified) <= n // 50, "\n".join(justified)
+
+
+def test_torch_cuda_matches_reference_on_server_shapes(torch_cuda: object) -> None:
+    n, justified, wrong = compare(shape_grid(seed=12), torch_cuda.accept)  # type: ignore[attr-defined]
+    assert n == 3 * len(SERVER_GAMMAS) * len(REAL_VOCABS)
+    assert not wrong, "\n".join(wrong)
+    assert len(justified) <= n // 50, "\n".join(justified)
