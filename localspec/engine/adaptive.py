@@ -173,6 +173,10 @@ class AdaptivePolicy:
         self._batch = (0, 0.0)
         self.expected_tokens = 1.0
         """Expected tokens of the step last chosen (what a batch driver tells the others)."""
+        self.split_batches = False
+        """The target splits a batch whose sequences have unequal rows into several ubatches
+        (llama.cpp's non-unified KV cache, exact numerics): a sequence's drafts then cost a
+        call of their own, not just more rows in the shared one."""
         """(rows, expected tokens) of the other sequences in the next verify batch."""
 
     def bind(self, context: Sequence[int]) -> None:
@@ -193,7 +197,12 @@ class AdaptivePolicy:
     # -- predictions -------------------------------------------------------------------
     def _seconds(self, drafter: str, k: int) -> float:
         s = self.state
-        t = s.verify.predict(self._batch[0] + k + 1) + s.overhead
+        base = self._batch[0]
+        if base and k and self.split_batches:
+            # llama.cpp evaluates rows beyond the other sequences' in a ubatch of their own
+            t = s.verify.predict(base + 1) + s.verify.predict(k) + s.overhead
+        else:
+            t = s.verify.predict(base + k + 1) + s.overhead
         d = self.costed.get(drafter)
         if d is not None and k > 0:
             cost = s.draft_cost(drafter)
@@ -240,6 +249,8 @@ class AdaptivePolicy:
         self._steps += 1
         s = self.state
         if k_cap <= 0 or not s.verify.known:
+            return self._pick("none", 0)
+        if self._batch[0] == 0 and s.verify.t1_stale:  # re-measure plain decoding's own cost
             return self._pick("none", 0)
         for name in self.costed:
             if not s.draft_cost(name).known:

@@ -277,7 +277,10 @@ class Engine:
         if drafters is None:
             drafters = offered(target, draft, self._acceptor.n_vocab, None, mtp=False, lazy_begin=True)
             self._slot_drafters[slot] = drafters
-        return StepLoop(target, self._acceptor, self._policy(request, drafters), request, stats, cancel,
+        policy = self._policy(request, drafters)
+        if isinstance(policy, AdaptivePolicy):
+            policy.split_batches = not getattr(self.target, "kv_unified", False)
+        return StepLoop(target, self._acceptor, policy, request, stats, cancel,
                         draft_model=draft, check_invariants=self.check_invariants, guide=self._guide(request))
 
     def _policy(self, request: PreparedRequest, drafters: dict[str, Drafter]) -> DraftPolicy:

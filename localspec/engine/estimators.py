@@ -29,6 +29,10 @@ PRIOR_WEIGHT = 2.0
 UPPER_SDS = 2.0
 """Standard deviations above the estimate that `Acceptance.upper` reports."""
 STALE_CALLS = 200
+T1_REFRESH_CALLS = 64
+"""A one-row time older than this many calls is stale: the policy takes a plain step to
+measure it again (a policy that always drafts would otherwise compare every draft against
+the one-row time of long ago, e.g. of the first calls, slowed by weights still paging in)."""
 """Target calls after which a batch size's measured ratio is dropped unless measured again: a
 ratio measured while another process loaded the machine must not keep speculation off for good."""
 
@@ -131,6 +135,13 @@ class BatchCost:
     _calls: int = 0
     _seen: dict[int, int] = field(default_factory=dict)
     """Batch size -> `_calls` when it was last measured."""
+    _t1_call: int = 0
+    """`_calls` at the last one-row measurement."""
+
+    @property
+    def t1_stale(self) -> bool:
+        """True when the one-row time was measured, but not in the last T1_REFRESH_CALLS calls."""
+        return self.t1 > 0 and self._calls - self._t1_call > T1_REFRESH_CALLS
 
     @property
     def known(self) -> bool:
@@ -141,6 +152,7 @@ class BatchCost:
         """Add one measured call of n rows."""
         self._calls += 1
         if n <= 1:
+            self._t1_call = self._calls
             self.t1 = self.t1_decay * self.t1 + (1 - self.t1_decay) * seconds if self.t1 else seconds
             pending, self._pending = self._pending, []
             for m, sec in pending:

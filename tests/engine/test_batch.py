@@ -240,3 +240,31 @@ def test_a_lazy_draft_model_evaluates_the_prompt_only_when_it_drafts() -> None:
     eager = FakeBackend(SCRIPT)
     ModelDrafter(eager).begin(context)
     assert eager.calls == [("decode", 0, len(context) - 1)]
+
+
+def test_split_batches_price_drafts_as_a_call_of_their_own() -> None:
+    """Exact numerics: llama.cpp runs a sequence's extra rows in a ubatch of their own, which on
+    a CPU costs about a one-row call more: drafting that pays in a unified batch does not."""
+    cpu = {n: 0.010 * (1 + 0.6 * (n - 1)) for n in range(1, 41)}
+    unified = _policy(cpu).choose(4, batch_rows=1, batch_tokens=1.0)[1]
+    split = _policy(cpu)
+    split.split_batches = True
+    assert unified > 0 and split.choose(4, batch_rows=1, batch_tokens=1.0)[1] == 0
+    alone = _policy(cpu)
+    alone.split_batches = True
+    assert alone.choose(4)[1] > 0  # alone there is nothing to split
+
+
+def test_a_policy_that_always_drafts_re_measures_plain_steps() -> None:
+    """The one-row time goes stale after T1_REFRESH_CALLS calls of other sizes: the next
+    choice is a plain step that measures it again, then drafting resumes."""
+    from localspec.engine.estimators import T1_REFRESH_CALLS
+
+    cpu = {n: 0.010 * (1 + 0.6 * (n - 1)) for n in range(1, 41)}
+    p = _policy(cpu)
+    assert p.choose(4)[1] > 0
+    for _ in range(T1_REFRESH_CALLS + 1):
+        p.state.verify.observe(3, cpu[3])
+    assert p.choose(4)[1] == 0
+    p.state.verify.observe(1, cpu[1])
+    assert p.choose(4)[1] > 0

@@ -201,7 +201,9 @@ class LlamaCppBackend:
         # ubatches of equal rows per consecutive sequence ids; fast numerics share one unified
         # cache (one ubatch per batch, but a sequence's attention sums then group its cells
         # among the others', so its logits can change in the last bits with the batch)
-        cparams.kv_unified = self.n_seq > 1 and spec.numerics == "fast"
+        self.kv_unified = self.n_seq > 1 and self.numerics == "fast"
+        """One KV cache shared by the sequences (else one stream each; see `sequence`)."""
+        cparams.kv_unified = self.kv_unified
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
