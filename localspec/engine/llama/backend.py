@@ -204,6 +204,8 @@ class LlamaCppBackend:
                 f"llama.cpp could not create a context of {spec.n_ctx} tokens for {self.name}; "
                 "try a smaller context (-c) or fewer GPU layers (-ngl)."
             )
+        self._watch = rpc.attach(spec.rpc) if spec.rpc else None
+        """libggml's connections to this model's RPC workers, checked before every forward."""
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.memory_kind != "kv" else 0
         """How many tokens of its last decode a recurrent/hybrid model can step back natively."""
@@ -255,6 +257,21 @@ class LlamaCppBackend:
             return None
         return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
 
+    # -- RPC workers ----------------------------------------------------------------
+    def check_workers(self) -> None:
+        """WorkerLostError when an RPC worker holding layers of this model is gone (one
+        non-blocking poll of libggml's connections; nothing without workers). Every forward on
+        this model's weights runs it first: a worker that stopped between forwards then ends
+        the generation with that error instead of aborting the process inside llama.cpp."""
+        if self._watch is not None:
+            self._watch.check()
+
+    def before_free(self) -> None:
+        """Call before freeing a context on this model: a worker found gone gets a stand-in
+        connection first, so that freeing its buffers cannot abort the process."""
+        if self._watch is not None:
+            self._watch.before_free()
+
     # -- KV cache -------------------------------------------------------------------
     @property
     def n_past(self) -> int:
@@ -275,6 +292,7 @@ class LlamaCppBackend:
             )
         if all_logits and n > self.n_batch:
             raise ValueError(f"all_logits needs at most n_batch={self.n_batch} tokens, got {n}")
+        self.check_workers()
         if self._checkpoint:
             # a verify batch may be rolled back: keep the recurrent state from before it
             if all_logits and self.tokens:
@@ -297,6 +315,8 @@ class LlamaCppBackend:
             if last_chunk and not all_logits:
                 batch.logits[len(chunk) - 1] = True
             n_out = len(chunk) if all_logits else 1
+            if start:
+                self.check_workers()  # each chunk of a long prompt is a forward of its own
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, batch)
             if rc == 0 and self.hidden is not None:
@@ -323,6 +343,7 @@ class LlamaCppBackend:
         """Drop positions >= n_past (see the module docstring for recurrent/hybrid models)."""
         if n_past >= len(self.tokens):
             return
+        self.check_workers()
         n_past = max(0, n_past)
         back = len(self.tokens) - n_past
         if self.memory_kind != "kv" and n_past > 0:
@@ -440,13 +461,18 @@ class LlamaCppBackend:
         return self._token_text(self._eos)
 
     def close(self) -> None:
-        """Free batch, context and model (idempotent)."""
+        """Free batch, context and model (idempotent; also after a worker was lost)."""
         if getattr(self, "_ctx", None):
+            self.before_free()
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             llama_cpp.llama_model_free(self._model)
             self._ctx = None
             self._model = None
+        watch = getattr(self, "_watch", None)
+        if watch is not None:
+            watch.release()
+            self._watch = None
 
     def __del__(self) -> None:
         try:

@@ -206,6 +206,7 @@ class HiddenStateDraft:
 
     # -- calls into the draft context -------------------------------------------------
     def _process(self, kind: int, n: int) -> None:
+        self.target.check_workers()  # the draft context reads the target's (and may hold layers on its workers)
         t0 = time.perf_counter()
         rc = llama_cpp.llama_process(self._ctx, kind, self._batch)
         self.log.append((n, time.perf_counter() - t0))
@@ -336,6 +337,8 @@ class HiddenStateDraft:
         if getattr(self, "_batch", None):
             llama_cpp.llama_batch_ext_free(self._batch)
             self._batch = None
+        if getattr(self, "_ctx", None) or getattr(self, "_model", None):
+            self.target.before_free()
         if getattr(self, "_ctx", None):
             llama_cpp.llama_free(self._ctx)
             self._ctx = None

@@ -135,6 +135,7 @@ class LlamaMtpHead:
             self._embd[0] = hidden[p0 - 1]
         if n > 1:
             self._embd[1:n] = hidden[p0 : p0 + n - 1]
+        self.target.check_workers()  # the head's weights are the target's, maybe on RPC workers
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, b)
         self.t_decode_s += time.perf_counter() - t0
@@ -153,6 +154,7 @@ class LlamaMtpHead:
         if getattr(self, "_ctx", None):
             self._batch.token = ctypes.POINTER(llama_cpp.llama_token)()  # ours, not llama.cpp's to free
             llama_cpp.llama_batch_free(self._batch)
+            self.target.before_free()
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
 

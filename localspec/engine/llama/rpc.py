@@ -5,29 +5,45 @@
 devices like a GPU: `-ngl` layers of the target go to them, the drafter stays local.
 
 Why the probe: libggml aborts the whole process when a worker cannot be reached, speaks
-another protocol version, or dies during a call. `probe` asks each worker over a socket of
-its own first (HELLO, device count, memory), so the first two are clear errors before
-anything is registered; a worker that dies mid-generation still ends the process, with the
-message set by `install_abort_message`.
+another protocol version, or dies during a call (every failed send or receive of its RPC
+client is a GGML_ABORT; no call hands a failure back). `probe` asks each worker over a socket
+of its own before every load (HELLO, device count, memory), so the first two are clear errors
+before llama.cpp connects.
+
+A worker that dies while a model is loaded: `attach` finds libggml's own socket to each worker
+of the model (by its peer address among this process's file descriptors), and `Watch.check`,
+run before every forward, polls those sockets without blocking (one poll(2), microseconds): a
+hung-up connection while no call is in flight means the worker is gone, and the forward ends
+with `WorkerLostError` instead of an abort. The dead socket is then replaced (dup2) by one end
+of a local socket pair whose other end swallows what libggml still writes, so the model can be
+freed (its buffers send FREE_BUFFER, which expects no reply) and loaded again once the worker
+is back. TCP keepalive on those sockets makes a worker machine that vanished (power, network)
+show up the same way after ~30 s of silence. What remains: a worker that dies *during* a
+forward (between libggml's send and its reply) still ends the process, with the message set by
+`install_abort_message`; libggml offers no way back from that.
 
 The protocol has no authentication: workers belong on trusted networks (loopback by default).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
+import select
 import socket
+import stat
 import struct
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import llama_cpp
 from llama_cpp import _ggml
 
 from localspec.engine.numerics import TILED_MM_ENV
-from localspec.errors import ModelLoadError
+from localspec.errors import ModelLoadError, WorkerLostError
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +86,6 @@ _START_SERVER = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.
 _ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 
 _lock = threading.Lock()
-_connected: dict[str, list[int]] = {}
-"""endpoint -> its registered device handles (registration lasts for the process)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,13 @@ class WorkerInfo:
     devices: int
     free_bytes: int
     total_bytes: int
+
+
+_connected: dict[str, list[int]] = {}
+"""endpoint -> its registered device handles (registration lasts for the process)."""
+_infos: dict[str, WorkerInfo] = {}
+"""endpoint -> what its last probe said (memory for `devices()` without asking libggml, whose
+query opens a connection of its own and aborts when the worker is gone)."""
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -175,13 +196,26 @@ def rpc_supported() -> bool:
 
 
 def connect(endpoints: tuple[str, ...]) -> list[int]:
-    """Register the workers at `endpoints` (each probed first) and return their device
-    handles, in order, for `llama_model_params.devices`."""
+    """Register the workers at `endpoints` and return their device handles, in order, for
+    `llama_model_params.devices`. Each worker is probed first, on every load (one that died
+    since the last load is a clear error here, not an abort inside llama.cpp), except one a
+    loaded model of this process is connected to (a worker serves one client at a time),
+    whose connection is checked instead."""
     devices: list[int] = []
     with _lock:
         for endpoint in endpoints:
+            link = _links.get(endpoint)
+            if link is not None:
+                if link.lost is None and (reason := _gone(link.fd)) is not None:
+                    _lose(link, reason)
+                if link.lost is not None:
+                    raise ModelLoadError(
+                        f"{_lost_message(endpoint, link.lost)}; close the models that use it first"
+                    )
+            else:
+                _infos[endpoint] = probe(endpoint)
             if endpoint not in _connected:
-                info = probe(endpoint)
+                info = _infos[endpoint]
                 if info.devices == 0:
                     raise ModelLoadError(f"the RPC worker at {endpoint} offers no device")
                 add = _ADD_SERVER(_lib.ggml_backend_reg_get_proc_address(_rpc_reg(), b"ggml_backend_rpc_add_server"))
@@ -214,17 +248,24 @@ def local_gpu_handles() -> list[int]:
 
 
 def devices() -> list[Device]:
-    """Every ggml device this process has (CPU, GPUs, registered RPC workers)."""
+    """Every ggml device this process has (CPU, GPUs, registered RPC workers). A worker's
+    memory is what its last probe said: asking libggml would open a connection of its own
+    (aborting the process when the worker is gone, blocking while another client has it)."""
     out = []
     for i in range(int(_lib.ggml_backend_dev_count())):
         dev = _lib.ggml_backend_dev_get(i)
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        _lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        name = (_lib.ggml_backend_dev_name(dev) or b"").decode()
+        description = (_lib.ggml_backend_dev_description(dev) or b"").decode()
+        if name.startswith("RPC"):
+            info = _infos.get(description)  # an RPC device's description is its endpoint
+            free_b, total_b = (info.free_bytes, info.total_bytes) if info else (0, 0)
+        else:
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            _lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            free_b, total_b = free.value, total.value
         out.append(Device(
-            name=(_lib.ggml_backend_dev_name(dev) or b"").decode(),
-            description=(_lib.ggml_backend_dev_description(dev) or b"").decode(),
-            kind=DEVICE_TYPES.get(int(_lib.ggml_backend_dev_type(dev)), "?"),
-            free_bytes=free.value, total_bytes=total.value,
+            name=name, description=description, kind=DEVICE_TYPES.get(int(_lib.ggml_backend_dev_type(dev)), "?"),
+            free_bytes=free_b, total_bytes=total_b,
         ))
     return out
 
@@ -250,9 +291,11 @@ def install_abort_message() -> None:
         text = (message or b"").decode("utf-8", "replace")
         hint = ""
         if "RPC" in text or "rpc" in text:
-            hint = ("\nlocalspec: an RPC worker stopped answering during a model call; llama.cpp cannot recover "
-                    "from that inside this process, which now ends. Restart the worker(s) "
-                    "(`localspec worker`) and then localspec.")
+            workers = ", ".join(sorted(_links)) or "the RPC workers"
+            hint = (f"\nlocalspec: an RPC worker ({workers}) stopped answering during a model call (a forward); "
+                    "llama.cpp cannot recover from that inside this process, which now ends. (A worker that "
+                    "stops between forwards ends only the generation.) Restart the worker (`localspec worker` "
+                    "there) and then localspec.")
         import sys
 
         sys.stderr.write(f"{text}{hint}\n")
@@ -302,3 +345,216 @@ def describe_device(device: str) -> Device:
         kind=DEVICE_TYPES.get(int(_lib.ggml_backend_dev_type(dev)), "?"),
         free_bytes=free.value, total_bytes=total.value,
     )
+
+
+# -- the workers of a loaded model: checked before every forward ---------------------------
+_POLL_RDHUP = getattr(select, "POLLRDHUP", 0)
+_POLL_GONE = select.POLLHUP | select.POLLERR | _POLL_RDHUP
+_POLL_MASK = select.POLLIN | _POLL_GONE
+KEEPALIVE = (15, 5, 3)
+"""TCP keepalive on libggml's worker sockets: first probe after 15 s of silence, then every
+5 s, 3 unanswered mean the connection is dead. A worker machine that vanished without closing
+its connections (power, network) is then noticed after ~30 s instead of never; probes are
+answered by the worker's kernel, so a busy worker is never taken for a dead one."""
+
+
+class _Link:
+    """libggml's connection to one worker while loaded models use it: the descriptor of its
+    socket (libggml's own; never closed here) and, once found gone, why."""
+
+    def __init__(self, endpoint: str, fd: int | None) -> None:
+        self.endpoint = endpoint
+        self.fd = fd
+        """None: not found (the connection is counted, not watched)."""
+        self.users = 0
+        self.lost: str | None = None
+        self.sink: socket.socket | None = None
+
+
+_links: dict[str, _Link] = {}
+"""endpoint -> libggml's connection to it, while a loaded model uses it."""
+
+
+@contextlib.contextmanager
+def _borrowed(fd: int) -> Iterator[socket.socket]:
+    """A socket object on libggml's descriptor `fd` that neither closes it nor changes its
+    blocking mode (a default socket timeout would make libggml's blocking calls fail)."""
+    blocking = os.get_blocking(fd)
+    sock = socket.socket(fileno=fd)
+    try:
+        yield sock
+    finally:
+        sock.detach()
+        if os.get_blocking(fd) != blocking:
+            os.set_blocking(fd, blocking)
+
+
+def _sockets_to(endpoint: str) -> list[int]:
+    """This process's TCP sockets connected to `endpoint` (libggml resolves the host like
+    gethostbyname: IPv4)."""
+    host, port = parse_endpoint(endpoint)
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError:
+        return []
+    fd_dir = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    out = []
+    for name in os.listdir(fd_dir):
+        fd = int(name)
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            with _borrowed(fd) as sock:
+                if sock.family == socket.AF_INET and sock.type == socket.SOCK_STREAM and sock.getpeername() == (addr, port):
+                    out.append(fd)
+        except OSError:  # closed meanwhile (the listing's own descriptor), or not connected
+            continue
+    return out
+
+
+def _keepalive(fd: int) -> None:
+    with _borrowed(fd) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, value in zip(("TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT"), KEEPALIVE):
+            if hasattr(socket, opt):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+
+
+def _gone(fd: int | None) -> str | None:
+    """Why the connection on `fd` is dead (the worker closed it, reset it, or stopped
+    answering keepalive), or None while it is fine (or not watched). Only meaningful while no
+    call is in flight: then the worker has nothing to send, and anything readable is the end."""
+    if fd is None:
+        return None
+    poller = select.poll()
+    poller.register(fd, _POLL_MASK)
+    events = poller.poll(0)
+    if not events:
+        return None
+    revents = events[0][1]
+    with _borrowed(fd) as sock:
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            return os.strerror(err).lower()
+        if revents & _POLL_GONE:
+            return "it closed the connection"
+        try:  # readable: the end of the stream, or (not expected between calls) data
+            data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            return (exc.strerror or str(exc)).lower()
+    return None if data else "it closed the connection"
+
+
+def _drain(sock: socket.socket) -> None:
+    with sock:
+        try:
+            while sock.recv(1 << 16):
+                pass
+        except OSError:
+            pass
+
+
+def _lose(link: _Link, reason: str) -> None:
+    """Mark `link`'s worker gone and put a harmless stand-in under libggml's descriptor: one
+    end of a local socket pair whose other end swallows what libggml still writes (freeing the
+    model's buffers sends FREE_BUFFER, which needs no reply; on the dead socket the send would
+    fail and abort). libggml closes the stand-in with the connection once the model is freed."""
+    with _fence_lock:
+        if link.lost is not None or link.fd is None:
+            return
+        link.lost = reason
+        ours, swallow = socket.socketpair()
+        os.dup2(ours.fileno(), link.fd)
+        ours.close()
+        link.sink = swallow
+        threading.Thread(target=_drain, args=(swallow,), name=f"rpc-sink {link.endpoint}", daemon=True).start()
+    log.error("%s", _lost_message(link.endpoint, reason))
+
+
+_fence_lock = threading.Lock()
+
+
+def _lost_message(endpoint: str, reason: str) -> str:
+    host, port = parse_endpoint(endpoint)
+    return (f"the RPC worker at {endpoint} is gone ({reason}), and with it the model layers it held; "
+            f"restart it on {host} (`localspec worker --port {port}`, with the --host it had), then load "
+            "the model again (restart localspec, or reload the pair)")
+
+
+class Watch:
+    """The workers of one loaded model: `check()` before each of its forwards."""
+
+    def __init__(self, links: list[_Link]) -> None:
+        self._links = links
+        self._poll = select.poll()
+        for link in links:
+            if link.fd is not None:
+                self._poll.register(link.fd, _POLL_MASK)
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The watched workers."""
+        return tuple(link.endpoint for link in self._links)
+
+    def check(self) -> None:
+        """WorkerLostError naming the first worker found gone (now, or earlier). One poll(2)
+        of every worker's socket while they are fine; call it only between forwards."""
+        for link in self._links:
+            if link.lost is not None:
+                raise WorkerLostError(_lost_message(link.endpoint, link.lost), link.endpoint)
+        if not self._poll.poll(0):
+            return
+        for link in self._links:
+            reason = _gone(link.fd)
+            if reason is not None:
+                _lose(link, reason)
+                raise WorkerLostError(_lost_message(link.endpoint, reason), link.endpoint)
+
+    def before_free(self) -> None:
+        """Make freeing the model safe: a worker found gone now gets its stand-in first."""
+        for link in self._links:
+            if link.lost is None and (reason := _gone(link.fd)) is not None:
+                _lose(link, reason)
+
+    def release(self) -> None:
+        """The model was freed: forget the links no other model uses (idempotent)."""
+        with _lock:
+            for link in self._links:
+                link.users -= 1
+                if link.users <= 0 and _links.get(link.endpoint) is link:
+                    del _links[link.endpoint]
+            self._links = []
+
+
+def attach(endpoints: tuple[str, ...]) -> Watch:
+    """After a model loaded onto `endpoints`: find libggml's connection to each worker (its
+    socket, by peer address) and watch it. A connection that cannot be told apart is counted
+    but not watched, with a warning (a worker that stops there ends the process)."""
+    links = []
+    with _lock:
+        for endpoint in dict.fromkeys(endpoints):
+            link = _links.get(endpoint)
+            if link is None:
+                fds = _sockets_to(endpoint)
+                if len(fds) != 1:
+                    log.warning("cannot tell which of %d connections is llama.cpp's to the RPC worker at %s: "
+                                "if it stops during a generation, the process ends", len(fds), endpoint)
+                link = _Link(endpoint, fds[0] if len(fds) == 1 else None)
+                if link.fd is not None:
+                    try:
+                        _keepalive(link.fd)
+                    except OSError as exc:
+                        log.debug("no TCP keepalive on the connection to %s: %s", endpoint, exc)
+                _links[endpoint] = link
+            link.users += 1
+            links.append(link)
+    return Watch(links)
+
+
+def gone(endpoint: str) -> str | None:
+    """Why the worker at `endpoint`, which a loaded model uses, is gone, or None while its
+    connection is fine; KeyError when no loaded model uses it. Does not mark it lost."""
+    link = _links[endpoint]
+    return link.lost if link.lost is not None else _gone(link.fd)
