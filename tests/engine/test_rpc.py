@@ -187,3 +187,162 @@ def test_an_unreachable_worker_fails_before_weights_load(qwen_target_path: Path)
     with pytest.raises(ModelLoadError, match="cannot reach the RPC worker"):
         Engine(ModelSpec(str(qwen_target_path), n_gpu_layers=-1, rpc=(f"127.0.0.1:{_free_port()}",)))
     assert time.monotonic() - t0 < 10
+
+
+# -- a worker that goes away while a model uses it --------------------------------------------
+class _Connection:
+    """A TCP server and one connection to it: the client end stands in for libggml's socket
+    to a worker, the accepted end for the worker."""
+
+    def __init__(self, clients: int = 1) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.clients = [socket.create_connection(self.server.getsockname()) for _ in range(clients)]
+        self.workers = [self.server.accept()[0] for _ in range(clients)]
+
+    def close(self) -> None:
+        for s in (*self.clients, *self.workers, self.server):
+            s.close()
+
+
+def _wait_gone(endpoint: str) -> str | None:
+    deadline = time.monotonic() + 5
+    while (reason := rpc.gone(endpoint)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return reason
+
+
+def test_a_worker_that_closes_its_connection_is_a_clear_error_and_the_socket_is_fenced() -> None:
+    from localspec.errors import WorkerLostError
+
+    conn = _Connection()
+    watch = rpc.attach((conn.endpoint,))
+    try:
+        assert rpc.gone(conn.endpoint) is None
+        watch.check()
+        conn.workers[0].sendall(b"reply")  # data in flight is not an end
+        watch.check()
+        assert conn.clients[0].recv(5) == b"reply"
+        conn.workers[0].close()  # the worker process ends: its kernel closes the connection
+        assert _wait_gone(conn.endpoint) == "it closed the connection"
+        port = conn.endpoint.rsplit(":", 1)[1]
+        for _ in range(2):  # and stays lost
+            with pytest.raises(WorkerLostError, match=rf"RPC worker at {conn.endpoint} is gone.*"
+                               rf"`localspec worker --port {port}`.*load the model again") as info:
+                watch.check()
+            assert info.value.endpoint == conn.endpoint
+        # what libggml still writes (FREE_BUFFER when the model is freed) goes to the stand-in
+        conn.clients[0].sendall(b"\0" * (1 << 20))
+        with pytest.raises(ModelLoadError, match="close the models that use it first"):
+            rpc.connect((conn.endpoint,))  # no new model onto a lost worker while one holds it
+    finally:
+        watch.release()
+        conn.close()
+    with pytest.raises(KeyError):
+        rpc.gone(conn.endpoint)  # released with the last model
+
+
+def test_a_reset_connection_is_found_too() -> None:
+    conn = _Connection()
+    watch = rpc.attach((conn.endpoint,))
+    try:
+        conn.workers[0].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.workers[0].close()  # RST instead of FIN
+        assert _wait_gone(conn.endpoint) is not None
+        watch.before_free()  # what close() does: the stand-in goes in before anything is freed
+        conn.clients[0].sendall(b"\0" * 64)
+    finally:
+        watch.release()
+        conn.close()
+
+
+def test_watching_leaves_the_connection_as_libggml_set_it() -> None:
+    """Blocking mode untouched even under a default socket timeout (a socket object made on
+    libggml's descriptor would turn it non-blocking, and libggml's calls block); TCP keepalive
+    on, so that a worker machine that vanished shows up as gone."""
+    conn = _Connection()
+    socket.setdefaulttimeout(5.0)
+    try:
+        watch = rpc.attach((conn.endpoint,))
+        watch.check()
+        conn.workers[0].sendall(b"x")  # readable: the peek path
+        watch.check()
+        assert rpc.gone(conn.endpoint) is None
+    finally:
+        socket.setdefaulttimeout(None)
+    try:
+        assert conn.clients[0].getblocking()
+        assert conn.clients[0].getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert conn.clients[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == rpc.KEEPALIVE[0]
+    finally:
+        watch.release()
+        conn.close()
+
+
+def test_an_ambiguous_connection_is_counted_not_watched(caplog: pytest.LogCaptureFixture) -> None:
+    conn = _Connection(clients=2)
+    watch = rpc.attach((conn.endpoint,))
+    try:
+        assert "cannot tell which of 2 connections" in caplog.text
+        conn.workers[0].close()
+        time.sleep(0.05)
+        watch.check()  # unwatched: nothing to say (as before watching existed)
+        assert rpc.gone(conn.endpoint) is None
+        assert conn.endpoint in rpc._links  # counted: a load next to it skips the probe
+    finally:
+        watch.release()
+        conn.close()
+
+
+@pytest.mark.models
+def test_a_worker_killed_during_a_generation_ends_it_with_an_error_not_the_process(
+    qwen_target_path: Path, qwen_draft_path: Path
+) -> None:
+    """Kill one of two real workers between two forwards of a running generation (in a child
+    process, so that a regression aborts the child, not pytest): the generation ends with
+    WorkerLostError naming it, the next request gets the same error, the engine closes, and
+    once the worker is back on its port a new load generates the same text as before."""
+    import json
+    import os
+
+    ports = (_free_port(), _free_port())
+    procs = [_start_worker(p) for p in ports]
+    endpoints = [f"127.0.0.1:{p}" for p in ports]
+    killed = endpoints[1]
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("rpc_worker_death.py")), str(qwen_target_path),
+         str(qwen_draft_path), ",".join(endpoints), killed],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "KILL"
+        procs[1].kill()
+        procs[1].wait(10)
+        child.stdin.write("killed\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "CLOSED"
+        procs[1] = _start_worker(ports[1])
+        child.stdin.write("restarted\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=600)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+    assert child.returncode == 0, f"the child ended with {child.returncode}:\n{err[-3000:]}"
+    result = json.loads(out.strip().splitlines()[-1].removeprefix("RESULT "))
+    assert result["watched"] == {e: True for e in endpoints}
+    assert result["seen_gone"] == "it closed the connection"
+    first, second = result["first"], result["second"]
+    assert first["error"] == "WorkerLostError" and first["endpoint"] == killed, first
+    assert f"RPC worker at {killed} is gone" in first["message"] and "localspec worker --port" in first["message"]
+    assert result["text_before_kill"] and result["reference"].startswith(result["text_before_kill"])
+    assert second["error"] == "WorkerLostError" and second["endpoint"] == killed, second
+    assert result["tokenize_after"] > 0
+    assert result["after_restart"] == result["reference"] and len(result["reference"]) > 20
+
