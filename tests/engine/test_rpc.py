@@ -346,3 +346,87 @@ def test_a_worker_killed_during_a_generation_ends_it_with_an_error_not_the_proce
     assert result["tokenize_after"] > 0
     assert result["after_restart"] == result["reference"] and len(result["reference"]) > 20
 
+
+# -- the recommender counts the workers' memory ------------------------------------------------
+class _MemoryWorker:
+    """Answers the probe (HELLO, DEVICE_COUNT, GET_DEVICE_MEMORY) like a worker with the
+    given memory, for any number of connections."""
+
+    def __init__(self, free: int, total: int) -> None:
+        self.free, self.total = free, total
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                while header := conn.recv(9, socket.MSG_WAITALL):
+                    cmd, size = struct.unpack("<BQ", header)
+                    if size:
+                        conn.recv(size, socket.MSG_WAITALL)
+                    reply = {14: bytes(rpc.PROTO_VERSION) + bytes(25), 15: struct.pack("<I", 1),
+                             11: struct.pack("<QQ", self.free, self.total)}[cmd]
+                    conn.sendall(struct.pack("<Q", len(reply)) + reply)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _recommend(*args: str) -> "object":
+    from localspec.cli import _register_all
+
+    return CliRunner().invoke(_register_all(), ["recommend", *args])
+
+
+def test_recommend_adds_the_workers_free_memory() -> None:
+    import json
+
+    gib = 1 << 30
+    a, b = _MemoryWorker(10 * gib, 16 * gib), _MemoryWorker(14 * gib, 16 * gib)
+    try:
+        endpoints = f"{a.endpoint},{b.endpoint}"
+        result = _recommend("--rpc", endpoints, "--ram", "8", "--vram", "0", "--task", "code", "--limit", "3")
+        assert result.exit_code == 0, result.output
+        assert f"target: 2 RPC workers, 24.0 GiB free + local RAM 8.0 GiB (workers: {a.endpoint} 10.0 of 16.0, " \
+               f"{b.endpoint} 14.0 of 16.0)" in result.output
+        assert "counted again as local RAM" in result.output  # loopback workers share this machine's memory
+        assert "[rpc, -ngl" in result.output and "RPC workers (" in result.output
+        out = json.loads(_recommend("--rpc", endpoints, "--ram", "8", "--vram", "0", "--task", "code",
+                                    "--json").output)
+        assert out["hardware"]["rpc_workers"] == [
+            {"endpoint": a.endpoint, "free_bytes": 10 * gib, "total_bytes": 16 * gib},
+            {"endpoint": b.endpoint, "free_bytes": 14 * gib, "total_bytes": 16 * gib}]
+        recs = out["recommendations"]
+        assert recs and any(r["placement"] == "rpc" for r in recs)
+        assert all(r["rpc_bytes"] <= 24 * gib for r in recs)
+        # the same machine without the workers: the biggest targets do not fit
+        alone = json.loads(_recommend("--ram", "8", "--vram", "0", "--task", "code", "--json").output)
+        assert {r["target"] for r in recs} - {r["target"] for r in alone["recommendations"]}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_recommend_names_a_worker_it_cannot_reach() -> None:
+    port = _free_port()
+    result = _recommend("--rpc", f"127.0.0.1:{port}")
+    assert result.exit_code == 2
+    assert f"cannot reach the RPC worker at 127.0.0.1:{port}" in result.output
+    assert _recommend("--rpc", "10.0.0.2").exit_code == 2  # host:port, as for the other commands
+
+
+def test_recommend_asks_real_workers(workers: tuple[str, str]) -> None:
+    """Two `localspec worker` processes (no model needed): their memory, as they report it."""
+    import json
+
+    out = json.loads(_recommend("--rpc", ",".join(workers), "--task", "code", "--json").output)
+    got = out["hardware"]["rpc_workers"]
+    assert [w["endpoint"] for w in got] == list(workers)
+    for w in got:
+        info = rpc.probe(w["endpoint"])
+        assert 0 < w["free_bytes"] <= w["total_bytes"] == info.total_bytes
