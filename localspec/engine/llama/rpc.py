@@ -10,17 +10,28 @@ client is a GGML_ABORT; no call hands a failure back). `probe` asks each worker 
 of its own before every load (HELLO, device count, memory), so the first two are clear errors
 before llama.cpp connects.
 
-A worker that dies while a model is loaded: `attach` finds libggml's own socket to each worker
-of the model (by its peer address among this process's file descriptors), and `Watch.check`,
-run before every forward, polls those sockets without blocking (one poll(2), microseconds): a
-hung-up connection while no call is in flight means the worker is gone, and the forward ends
-with `WorkerLostError` instead of an abort. The dead socket is then replaced (dup2) by one end
-of a local socket pair whose other end swallows what libggml still writes, so the model can be
-freed (its buffers send FREE_BUFFER, which expects no reply) and loaded again once the worker
-is back. TCP keepalive on those sockets makes a worker machine that vanished (power, network)
-show up the same way after ~30 s of silence. What remains: a worker that dies *during* a
-forward (between libggml's send and its reply) still ends the process, with the message set by
-`install_abort_message`; libggml offers no way back from that.
+A worker that dies while a model is loaded, between two forwards: `attach` finds libggml's own
+socket to each worker of the model (by its peer address among this process's file descriptors),
+and `Watch.check`, run before every forward, polls those sockets without blocking (one poll(2),
+about a microsecond): a hung-up connection while no call is in flight means the worker is gone,
+and the forward ends with `WorkerLostError` before llama.cpp is called. The dead socket is then
+replaced (dup2) by one end of a local socket pair whose other end swallows what libggml still
+writes, so the model can be freed (its buffers send FREE_BUFFER, which expects no reply) and
+loaded again once the worker is back. TCP keepalive on those sockets makes a worker machine
+that vanished (power, network) show up the same way after ~30 s of silence.
+
+A worker that dies *during* a call (a forward, a free): libggml's thread for that worker calls
+the abort callback instead of returning a failure. The calls that may talk to workers run
+`guarded`, on a thread of their own: while one runs, the callback parks the failed libggml
+thread forever (so abort() is never reached) and wakes the caller, which raises `Stuck`; the
+backend turns that into `WorkerLostError`. The call never returns, so the model it ran on is
+*stuck*: never used or freed again, only abandoned (`Watch.abandon`: its memory in this process
+stays allocated; the surviving workers' connections get their stand-ins, so those workers see
+the client go; the next load names the workers anew, `ggml_endpoint`, since libggml would hand
+it the old connections). Still an abort, explained by `install_abort_message`: a failure
+outside a guarded call, or on the calling thread itself (libggml opening a connection: the
+registration right after the probe, the first call of a load), where parking could leave
+libggml's locks held.
 
 The protocol has no authentication: workers belong on trusted networks (loopback by default).
 """
@@ -36,8 +47,9 @@ import socket
 import stat
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import llama_cpp
 from llama_cpp import _ggml
@@ -118,9 +130,22 @@ class WorkerInfo:
 
 _connected: dict[str, list[int]] = {}
 """endpoint -> its registered device handles (registration lasts for the process)."""
-_infos: dict[str, WorkerInfo] = {}
-"""endpoint -> what its last probe said (memory for `devices()` without asking libggml, whose
-query opens a connection of its own and aborts when the worker is gone)."""
+_infos: dict[tuple[str, int], WorkerInfo] = {}
+"""(host, port) -> what its last probe said (memory for `devices()` without asking libggml,
+whose query opens a connection of its own and aborts when the worker is gone)."""
+_generation: dict[tuple[str, int], int] = {}
+"""(host, port) -> how many times a model on it was abandoned (see `Watch.abandon`): libggml
+keeps one connection per endpoint *string* for as long as anything uses it, and an abandoned
+model uses its old one forever, so a new load names the worker anew ("host:0port": libggml
+reads the port with stoi)."""
+
+
+def ggml_endpoint(endpoint: str) -> str:
+    """The name libggml knows the worker at `endpoint` by (the endpoint itself until a model
+    on it was abandoned)."""
+    host, port = parse_endpoint(endpoint)
+    gen = _generation.get((host, port), 0)
+    return endpoint if gen == 0 else f"{host}:{'0' * gen}{port}"
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -213,20 +238,21 @@ def connect(endpoints: tuple[str, ...]) -> list[int]:
                         f"{_lost_message(endpoint, link.lost)}; close the models that use it first"
                     )
             else:
-                _infos[endpoint] = probe(endpoint)
-            if endpoint not in _connected:
-                info = _infos[endpoint]
+                _infos[parse_endpoint(endpoint)] = probe(endpoint)
+            name = ggml_endpoint(endpoint)
+            if name not in _connected:
+                info = _infos[parse_endpoint(endpoint)]
                 if info.devices == 0:
                     raise ModelLoadError(f"the RPC worker at {endpoint} offers no device")
                 add = _ADD_SERVER(_lib.ggml_backend_reg_get_proc_address(_rpc_reg(), b"ggml_backend_rpc_add_server"))
-                reg = add(endpoint.encode())
+                reg = add(name.encode())
                 if not reg:
                     raise ModelLoadError(f"the RPC worker at {endpoint} could not be registered")
                 _lib.ggml_backend_register(reg)
                 n = int(_lib.ggml_backend_reg_dev_count(reg))
-                _connected[endpoint] = [int(_lib.ggml_backend_reg_dev_get(reg, i)) for i in range(n)]
+                _connected[name] = [int(_lib.ggml_backend_reg_dev_get(reg, i)) for i in range(n)]
                 log.info("RPC worker %s: %d device(s), %.1f GiB free", endpoint, n, info.free_bytes / 2**30)
-            devices += _connected[endpoint]
+            devices += _connected[name]
     install_abort_message()
     return devices
 
@@ -257,7 +283,10 @@ def devices() -> list[Device]:
         name = (_lib.ggml_backend_dev_name(dev) or b"").decode()
         description = (_lib.ggml_backend_dev_description(dev) or b"").decode()
         if name.startswith("RPC"):
-            info = _infos.get(description)  # an RPC device's description is its endpoint
+            try:  # an RPC device's description is its endpoint (as libggml names it)
+                info = _infos.get(parse_endpoint(description))
+            except ValueError:
+                info = None
             free_b, total_b = (info.free_bytes, info.total_bytes) if info else (0, 0)
         else:
             free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
@@ -289,13 +318,14 @@ def install_abort_message() -> None:
     @_ABORT_CALLBACK  # type: ignore[untyped-decorator]
     def _on_abort(message: bytes | None) -> None:
         text = (message or b"").decode("utf-8", "replace")
+        _park_if_guarded(text)  # returns only when the process must end
         hint = ""
         if "RPC" in text or "rpc" in text:
-            workers = ", ".join(sorted(_links)) or "the RPC workers"
-            hint = (f"\nlocalspec: an RPC worker ({workers}) stopped answering during a model call (a forward); "
-                    "llama.cpp cannot recover from that inside this process, which now ends. (A worker that "
-                    "stops between forwards ends only the generation.) Restart the worker (`localspec worker` "
-                    "there) and then localspec.")
+            workers = f" (one of {', '.join(sorted(_links))})" if _links else ""
+            hint = (f"\nlocalspec: an RPC worker{workers} stopped answering during a call llama.cpp cannot "
+                    "recover from here (while connecting to it, or outside a generation); this process now ends. "
+                    "Restart the worker (`localspec worker` there) and then localspec.")
+
         import sys
 
         sys.stderr.write(f"{text}{hint}\n")
@@ -456,7 +486,7 @@ def _drain(sock: socket.socket) -> None:
             pass
 
 
-def _lose(link: _Link, reason: str) -> None:
+def _lose(link: _Link, reason: str, *, quiet: bool = False) -> None:
     """Mark `link`'s worker gone and put a harmless stand-in under libggml's descriptor: one
     end of a local socket pair whose other end swallows what libggml still writes (freeing the
     model's buffers sends FREE_BUFFER, which needs no reply; on the dead socket the send would
@@ -470,7 +500,8 @@ def _lose(link: _Link, reason: str) -> None:
         ours.close()
         link.sink = swallow
         threading.Thread(target=_drain, args=(swallow,), name=f"rpc-sink {link.endpoint}", daemon=True).start()
-    log.error("%s", _lost_message(link.endpoint, reason))
+    if not quiet:
+        log.error("%s", _lost_message(link.endpoint, reason))
 
 
 _fence_lock = threading.Lock()
@@ -488,6 +519,8 @@ class Watch:
 
     def __init__(self, links: list[_Link]) -> None:
         self._links = links
+        self.stuck: WorkerLostError | None = None
+        """Set when a call on the model never came back (`lost_mid_call`): it can only be abandoned."""
         self._poll = select.poll()
         for link in links:
             if link.fd is not None:
@@ -501,6 +534,8 @@ class Watch:
     def check(self) -> None:
         """WorkerLostError naming the first worker found gone (now, or earlier). One poll(2)
         of every worker's socket while they are fine; call it only between forwards."""
+        if self.stuck is not None:
+            raise WorkerLostError(str(self.stuck), self.stuck.endpoint)
         for link in self._links:
             if link.lost is not None:
                 raise WorkerLostError(_lost_message(link.endpoint, link.lost), link.endpoint)
@@ -511,6 +546,31 @@ class Watch:
             if reason is not None:
                 _lose(link, reason)
                 raise WorkerLostError(_lost_message(link.endpoint, reason), link.endpoint)
+
+    def lost_mid_call(self) -> WorkerLostError:
+        """A guarded call on this model failed mid-way (`Stuck`): the worker(s) found gone are
+        marked so, and the model is stuck for good (its call never returns, so nothing of it
+        may be used or freed again: `abandon` it). Returns the error to raise."""
+        if self.stuck is None:
+            dead = [(link, reason) for link in self._links if (reason := _gone(link.fd)) is not None]
+            if not dead:  # an answer libggml could not read, not a closed connection
+                dead = [(link, "it answered a call with something llama.cpp could not read")
+                        for link in self._links]
+            for link, reason in dead:
+                _lose(link, reason)
+            link, reason = dead[0]
+            self.stuck = WorkerLostError(
+                _lost_message(link.endpoint, f"{reason}, during a forward"), link.endpoint)
+        return self.stuck
+
+    def abandon(self) -> None:
+        """Give up a stuck model without freeing it (its memory here stays allocated): every
+        worker connection of it gets its stand-in, so the workers still alive see the client go
+        and serve the next one, and the next load names the workers anew (`ggml_endpoint`)."""
+        for link in self._links:
+            _lose(link, "its model was abandoned after a failed call", quiet=True)
+        abandon_endpoints(tuple(link.endpoint for link in self._links))
+        self.release()
 
     def before_free(self) -> None:
         """Make freeing the model safe: a worker found gone now gets its stand-in first."""
@@ -558,3 +618,120 @@ def gone(endpoint: str) -> str | None:
     connection is fine; KeyError when no loaded model uses it. Does not mark it lost."""
     link = _links[endpoint]
     return link.lost if link.lost is not None else _gone(link.fd)
+
+
+def abandon_endpoints(endpoints: tuple[str, ...]) -> None:
+    """The next load on `endpoints` uses fresh libggml connections (see `_generation`); any
+    connection of this process to them that is still open gets a stand-in, so that the workers
+    see their client go."""
+    with _lock:
+        for endpoint in dict.fromkeys(endpoints):
+            key = parse_endpoint(endpoint)
+            for fd in _sockets_to(endpoint):
+                _lose(_Link(endpoint, fd), "abandoned", quiet=True)
+            _generation[key] = _generation.get(key, 0) + 1
+
+
+# -- calls a worker may fail mid-way ---------------------------------------------------------
+RPC_FAILURE = "Remote RPC server crashed or returned malformed response"
+"""libggml's RPC client aborts with this (RPC_STATUS_ASSERT) when a call to a worker fails:
+a send or receive on a connection the worker closed, or a reply of the wrong size."""
+
+T = TypeVar("T")
+
+
+class Stuck(Exception):
+    """A guarded call will never return: a worker failed it mid-way, and the libggml thread
+    that talked to that worker was parked instead of ending the process."""
+
+
+class _CallThread:
+    """The thread guarded calls run on, so that the caller can come back when one of them
+    never will (its thread stays blocked inside libllama for the life of the process)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._job: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+        self._done = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self.failed = False
+        """Set by the abort callback (from the failed libggml thread)."""
+        self.thread = threading.Thread(target=self._loop, name="localspec-rpc-calls", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._job is not None)
+                assert self._job is not None
+                fn, args = self._job
+                self._job = None
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the caller
+                error = exc
+            with self._cv:
+                self._result, self._error, self._done = result, error, True
+                self._cv.notify_all()
+
+    def call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        with self._cv:
+            self._done, self._error = False, None
+            self._job = (fn, args)
+            self._cv.notify_all()
+            self._cv.wait_for(lambda: self._done or self.failed)
+            if not self._done:
+                raise Stuck()
+            if self._error is not None:
+                raise self._error
+            return self._result  # type: ignore[no-any-return]
+
+    def fail(self) -> None:
+        with self._cv:
+            self.failed = True
+            self._cv.notify_all()
+
+
+_calls: _CallThread | None = None
+_guarding: _CallThread | None = None
+"""The call thread while a guarded call runs on it (what the abort callback unblocks)."""
+_call_lock = threading.Lock()
+_parked = threading.Lock()
+_parked.acquire()  # never released: a failed libggml thread waits on it for the life of the process
+
+
+def guarded(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, a libllama call on a model with layers on RPC workers, run so that a worker
+    failing it mid-way raises `Stuck` here instead of aborting the process: libggml's thread
+    for that worker calls the abort callback, which parks it (forever) and wakes this caller.
+    The call itself never returns, and what it used (the model, its context) must be
+    abandoned, never freed. About 70 µs per call (a thread handoff)."""
+    global _calls, _guarding
+    install_abort_message()
+    with _call_lock:
+        calls = _calls if _calls is not None else _CallThread()
+        _calls = _guarding = calls
+        try:
+            return calls.call(fn, args)
+        except Stuck:
+            _calls = None  # its thread is stuck inside libllama: the next call gets a new one
+            raise
+        finally:
+            _guarding = None
+
+
+def _park_if_guarded(text: str) -> None:
+    """From the abort callback: when a guarded call is running and libggml's thread for a
+    worker failed it (RPC_FAILURE, on a thread libggml started, not a caller's thread that may
+    hold libggml's locks), wake the caller and block this thread forever; return otherwise
+    (the process then ends)."""
+    calls = _guarding
+    if calls is None or RPC_FAILURE not in text:
+        return
+    if type(threading.current_thread()).__name__ != "_DummyThread":  # a Python thread: not libggml's own
+        return
+    calls.fail()
+    _parked.acquire()
