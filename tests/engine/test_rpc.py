@@ -295,14 +295,43 @@ def test_an_ambiguous_connection_is_counted_not_watched(caplog: pytest.LogCaptur
         conn.close()
 
 
+def test_a_guarded_call_comes_back_when_a_worker_fails_it() -> None:
+    """The Python side of `guarded`: results and errors come back; a call whose worker failed
+    it (the abort callback wakes the caller; here another thread does what it does) raises
+    Stuck while the call itself stays blocked, and the next call runs on a fresh thread. Only
+    a libggml thread failing with RPC_FAILURE is parked; anything else goes on to abort."""
+    assert rpc.guarded(lambda a, b: a + b, 2, 3) == 5
+    with pytest.raises(ZeroDivisionError):
+        rpc.guarded(lambda: 1 / 0)
+    release = threading.Event()
+    first_thread = rpc._calls.thread if rpc._calls else None
+
+    def never_returns() -> None:
+        guard = rpc._guarding
+        assert guard is not None
+        threading.Timer(0.05, guard.fail).start()  # what the callback does from the failed thread
+        release.wait(30)
+
+    with pytest.raises(rpc.Stuck):
+        rpc.guarded(never_returns)
+    assert rpc._guarding is None and rpc._calls is None
+    assert rpc.guarded(lambda: "fresh") == "fresh"
+    assert rpc._calls is not None and rpc._calls.thread is not first_thread
+    release.set()
+    rpc._park_if_guarded(rpc.RPC_FAILURE)  # no guarded call running: returns (the process would end)
+
+
 @pytest.mark.models
+@pytest.mark.parametrize("when", ["between", "during"])
 def test_a_worker_killed_during_a_generation_ends_it_with_an_error_not_the_process(
-    qwen_target_path: Path, qwen_draft_path: Path
+    when: str, qwen_target_path: Path, qwen_draft_path: Path
 ) -> None:
-    """Kill one of two real workers between two forwards of a running generation (in a child
-    process, so that a regression aborts the child, not pytest): the generation ends with
-    WorkerLostError naming it, the next request gets the same error, the engine closes, and
-    once the worker is back on its port a new load generates the same text as before."""
+    """Kill one of two real workers during a running generation (in a child process, so that
+    a regression aborts the child, not pytest), `between` two forwards (found by the check
+    before the next one) or `during` a forward of seconds (libggml's failed call is parked and
+    the guarded call returns): the generation ends with WorkerLostError naming the worker, the
+    next request gets the same error, the engine closes, and once the worker is back on its
+    port a new load in the same process generates the same text as before."""
     import json
     import os
 
@@ -312,13 +341,15 @@ def test_a_worker_killed_during_a_generation_ends_it_with_an_error_not_the_proce
     killed = endpoints[1]
     child = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("rpc_worker_death.py")), str(qwen_target_path),
-         str(qwen_draft_path), ",".join(endpoints), killed],
+         str(qwen_draft_path), ",".join(endpoints), killed, when],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
     assert child.stdin is not None and child.stdout is not None
     try:
         assert child.stdout.readline().strip() == "KILL"
+        if when == "during":
+            time.sleep(1.0)  # inside the long prefill forward (the child reports if it was not)
         procs[1].kill()
         procs[1].wait(10)
         child.stdin.write("killed\n")
@@ -337,11 +368,14 @@ def test_a_worker_killed_during_a_generation_ends_it_with_an_error_not_the_proce
     assert child.returncode == 0, f"the child ended with {child.returncode}:\n{err[-3000:]}"
     result = json.loads(out.strip().splitlines()[-1].removeprefix("RESULT "))
     assert result["watched"] == {e: True for e in endpoints}
-    assert result["seen_gone"] == "it closed the connection"
     first, second = result["first"], result["second"]
     assert first["error"] == "WorkerLostError" and first["endpoint"] == killed, first
     assert f"RPC worker at {killed} is gone" in first["message"] and "localspec worker --port" in first["message"]
-    assert result["text_before_kill"] and result["reference"].startswith(result["text_before_kill"])
+    if when == "between":
+        assert result["seen_gone"] == "it closed the connection"
+        assert result["text_before_kill"] and result["reference"].startswith(result["text_before_kill"])
+    else:
+        assert "during a forward" in first["message"], first
     assert second["error"] == "WorkerLostError" and second["endpoint"] == killed, second
     assert result["tokenize_after"] > 0
     assert result["after_restart"] == result["reference"] and len(result["reference"]) > 20
