@@ -496,7 +496,7 @@ def _lose(link: _Link, reason: str, *, quiet: bool = False) -> None:
             return
         link.lost = reason
         ours, swallow = socket.socketpair()
-        os.dup2(ours.fileno(), link.fd)
+        os.dup2(ours.fileno(), link.fd, inheritable=False)
         ours.close()
         link.sink = swallow
         threading.Thread(target=_drain, args=(swallow,), name=f"rpc-sink {link.endpoint}", daemon=True).start()
