@@ -19,6 +19,15 @@ class DecodeError(LocalSpecError):
     """llama.cpp failed to evaluate a batch of tokens (llama_decode returned an error code)."""
 
 
+class WorkerLostError(DecodeError):
+    """An RPC worker holding layers of a loaded model is gone; the model cannot run until the
+    worker is back and the model is loaded again. `endpoint` names the worker."""
+
+    def __init__(self, message: str, endpoint: str) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+
+
 class IncompatibleModelsError(LocalSpecError):
     """The drafter cannot draft for the target (different tokenizers)."""
 

@@ -7,6 +7,7 @@ import json
 import typer
 
 from localspec.catalog.drafters import NOT_RUNNABLE
+from localspec.cli._options import parse_rpc
 
 RECOMMEND_EXAMPLES = [
     "localspec recommend",
@@ -15,6 +16,7 @@ RECOMMEND_EXAMPLES = [
     "localspec recommend --list-gpus",
     "localspec recommend --json",
     "localspec recommend --measure",
+    "localspec recommend --rpc 192.168.1.20:50052,192.168.1.21:50052   # count two workers' memory",
 ]
 
 
@@ -41,6 +43,10 @@ def register(app: typer.Typer) -> None:
         measure_tokens: int = typer.Option(128, "--measure-tokens", help="Tokens per calibration run."),
         gamma: int = typer.Option(4, "--spec-draft-n-max", help="γ used by the calibration run."),
         list_gpus: bool = typer.Option(False, "--list-gpus", help="List the cards --gpu knows and exit."),
+        rpc: str | None = typer.Option(None, "--rpc", callback=_rpc_option,
+                                       help="RPC workers host:port[,host:port…] (`localspec worker` there): each is "
+                                       "asked for its free memory, and the target's layers are planned on them "
+                                       "(the drafter stays here), as `--rpc` places them at load."),
     ) -> None:
         """Rank compatible target/drafter pairs that fit this machine, with predicted speedup."""
         from localspec.catalog import load_catalog
@@ -52,8 +58,9 @@ def register(app: typer.Typer) -> None:
             return
         if task not in TASK_PRIORS:
             raise typer.BadParameter(f"unknown task {task!r}; one of: {', '.join(TASK_PRIORS)}", param_hint="--task")
+        workers = _probe_workers(parse_rpc(rpc)) if rpc else ()
         report = probe()
-        budget = budget_from(report, vram, ram, gpu)
+        budget = budget_from(report, vram, ram, gpu, rpc_workers=workers)
         catalog = load_catalog()
         calibration = None
         measurement = None
@@ -68,7 +75,9 @@ def register(app: typer.Typer) -> None:
             out = {
                 "hardware": {"source": budget.source, "vram_bytes": budget.vram_bytes, "ram_bytes": budget.ram_bytes,
                              "gpu": budget.gpu_name, "gpu_bandwidth_bytes_s": budget.gpu_bandwidth,
-                             "gpu_error": report.gpu_error},
+                             "gpu_error": report.gpu_error,
+                             "rpc_workers": [{"endpoint": w.endpoint, "free_bytes": w.free_bytes,
+                                              "total_bytes": w.total_bytes} for w in budget.rpc_workers]},
                 "task": task, "ctx": ctx, "catalog": catalog.origin,
                 "measurement": measurement.to_dict() if measurement else None,
                 "recommendations": [{**r.to_dict(), "not_yet_runnable": [o.to_dict() for o in others[(r.target, r.target_quant)]]}
@@ -83,6 +92,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{where} [{budget.source}]; RAM {_gib(budget.ram_bytes)} GiB; task {task}; context {ctx}")
         else:
             typer.echo(f"{budget.source}; RAM {_gib(budget.ram_bytes)} GiB; task {task}; context {ctx}")
+        if workers:
+            for line in _workers_lines(budget):
+                typer.echo(line)
         if not recs:
             typer.echo("no compatible pair fits; try a smaller --ctx, or --ram / --vram / --gpu if the probe is wrong")
         for r in recs:
@@ -108,6 +120,52 @@ def register(app: typer.Typer) -> None:
                        "a verify batch of γ+1 tokens touches more experts than one token does.")
 
 
+def _rpc_option(value: str | None) -> str | None:
+    parse_rpc(value)
+    return value
+
+
+def _probe_workers(endpoints: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    """Each worker's free memory (as at load: HELLO, devices, memory); a clear error naming
+    the worker that cannot answer."""
+    from localspec.engine.llama import rpc as rpc_client
+    from localspec.errors import ModelLoadError
+    from localspec.recommend import RpcWorker
+
+    out = []
+    for endpoint in endpoints:
+        try:
+            info = rpc_client.probe(endpoint)
+        except ModelLoadError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--rpc") from None
+        out.append(RpcWorker(endpoint, info.free_bytes, info.total_bytes))
+    return tuple(out)
+
+
+def _workers_lines(budget) -> list[str]:  # type: ignore[no-untyped-def]
+    """What the target can use with workers, and the assumptions behind the speeds."""
+    from localspec.recommend.fit import RPC_ROUND_TRIP_S
+
+    workers = budget.rpc_workers
+    n = len(workers)
+    each = ", ".join(f"{w.endpoint} {_gib(w.free_bytes)} of {_gib(w.total_bytes)}" for w in workers)
+    lines = [
+        f"target: {n} RPC worker{'s' if n > 1 else ''}, {_gib(budget.rpc_free_bytes)} GiB free "
+        f"+ local RAM {_gib(budget.ram_bytes)} GiB (workers: {each}); the drafter stays here"
+        + (f" (GPU {_gib(budget.vram_bytes)} GiB)" if budget.has_gpu else ""),
+        f"  speeds assume each worker computes like this machine's {'GPU' if budget.has_gpu else 'CPU'} "
+        f"(the protocol does not say), plus {RPC_ROUND_TRIP_S * 1e3:g} ms per worker and forward for the network",
+    ]
+    local = [w.endpoint for w in workers if w.endpoint.rsplit(":", 1)[0].strip("[]") in _LOOPBACK]
+    if local:
+        lines.append(f"  {', '.join(local)} {'is' if len(local) == 1 else 'are'} on this machine: "
+                     "that memory is counted again as local RAM")
+    return lines
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def _others(catalog, budget, target: str, quant: str, task: str, ctx: int):  # type: ignore[no-untyped-def]
     """Not-yet-runnable drafters of one recommended target, predicted."""
     from localspec.recommend import other_drafters
@@ -117,7 +175,8 @@ def _others(catalog, budget, target: str, quant: str, task: str, ctx: int):  # t
 
 def _other_line(o) -> str:  # type: ignore[no-untyped-def]
     """One predicted drafter: "MTP (built in) [mtp]: γ=3 1.62x (40 -> 64 tok/s)"."""
-    where = ", target partly in RAM" if o.placement == "partial" else (", CPU only" if o.placement == "cpu" else "")
+    where = {"partial": ", target partly in RAM", "cpu": ", CPU only", "rpc": ", target on the RPC workers"}.get(
+        o.placement, "")
     if not o.gamma:
         return f"{o.drafter_label} [{o.kind}]: no gain predicted{where}"
     return (f"{o.drafter_label} [{o.kind}]: γ={o.gamma} {o.speedup:.2f}x "

@@ -4,7 +4,7 @@ the theory in localspec.theory; drafters localspec cannot run yet are predicted 
 
 from __future__ import annotations
 
-from localspec.recommend.fit import Budget, Placement, budget_from, place
+from localspec.recommend.fit import Budget, Placement, RpcWorker, budget_from, place, rpc_layers
 from localspec.recommend.predict import SpeedPrediction, option_for, predict
 from localspec.recommend.priors import alpha_from_acceptance, kind_alpha
 from localspec.recommend.ranking import (
@@ -20,7 +20,7 @@ from localspec.recommend.ranking import (
 )
 
 __all__ = [
-    "TASK_PRIORS", "AlphaPrior", "Budget", "Calibration", "Placement", "Recommendation", "SpeedPrediction",
+    "TASK_PRIORS", "AlphaPrior", "Budget", "Calibration", "Placement", "Recommendation", "RpcWorker", "SpeedPrediction",
     "alpha_from_acceptance", "budget_from", "compatible_drafters", "kind_alpha", "option_for", "other_drafters",
-    "pair_alpha", "place", "predict", "recommend", "without_runnable_drafter",
+    "pair_alpha", "place", "predict", "recommend", "rpc_layers", "without_runnable_drafter",
 ]

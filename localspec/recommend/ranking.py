@@ -68,6 +68,8 @@ class Recommendation:
     """Target token cost partially offloaded / fully on the GPU (None unless partial)."""
     meets_min_speed: bool
     why: str
+    rpc_bytes: int = 0
+    """Memory of the RPC workers the target takes (placement "rpc")."""
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready."""
@@ -87,6 +89,13 @@ def _gb(n: float) -> str:
 def _why(p: Placement, budget: Budget, pred: SpeedPrediction, task: str, target: CatalogModel) -> str:
     if p.kind == "gpu":
         where = f"fits in {_gb(budget.vram_bytes)} VRAM ({_gb(p.vram_bytes)} used)"
+    elif p.kind == "rpc":
+        n = len(budget.rpc_workers)
+        rest = (f", rest in RAM ({_gb(p.ram_bytes)} with the drafter)" if p.target_gpu_layers < p.target_layers
+                else f"; RAM {_gb(p.ram_bytes)}")
+        drafter = "drafter on the GPU" if p.vram_bytes else "drafter on the CPU"
+        where = (f"target {p.target_gpu_layers}/{p.target_layers} layers on {n} RPC worker{'s' if n > 1 else ''} "
+                 f"({_gb(p.rpc_bytes)} of their {_gb(budget.rpc_free_bytes)} free){rest}; {drafter}")
     elif p.kind == "partial":
         where = (f"target {p.target_gpu_layers}/{p.target_layers} layers on the GPU, rest in RAM "
                  f"({_gb(p.ram_bytes)}): {p.target_token_s / p.target_all_gpu_token_s:.1f}x slower per token than all-GPU")
@@ -155,6 +164,7 @@ def _recommendation(target: CatalogModel, tfile: CatalogFile, draft: CatalogMode
         plain_tokens_per_s=pred.plain_tokens_per_s, spec_tokens_per_s=pred.spec_tokens_per_s,
         offload_slowdown=round(p.target_token_s / p.target_all_gpu_token_s, 2) if p.kind == "partial" else None,
         meets_min_speed=pred.spec_tokens_per_s >= min_tps, why=_why(p, budget, pred, task, target),
+        rpc_bytes=p.rpc_bytes,
     )
 
 

@@ -187,3 +187,280 @@ def test_an_unreachable_worker_fails_before_weights_load(qwen_target_path: Path)
     with pytest.raises(ModelLoadError, match="cannot reach the RPC worker"):
         Engine(ModelSpec(str(qwen_target_path), n_gpu_layers=-1, rpc=(f"127.0.0.1:{_free_port()}",)))
     assert time.monotonic() - t0 < 10
+
+
+# -- a worker that goes away while a model uses it --------------------------------------------
+class _Connection:
+    """A TCP server and one connection to it: the client end stands in for libggml's socket
+    to a worker, the accepted end for the worker."""
+
+    def __init__(self, clients: int = 1) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.clients = [socket.create_connection(self.server.getsockname()) for _ in range(clients)]
+        self.workers = [self.server.accept()[0] for _ in range(clients)]
+
+    def close(self) -> None:
+        for s in (*self.clients, *self.workers, self.server):
+            s.close()
+
+
+def _wait_gone(endpoint: str) -> str | None:
+    deadline = time.monotonic() + 5
+    while (reason := rpc.gone(endpoint)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return reason
+
+
+def test_a_worker_that_closes_its_connection_is_a_clear_error_and_the_socket_is_fenced() -> None:
+    from localspec.errors import WorkerLostError
+
+    conn = _Connection()
+    watch = rpc.attach((conn.endpoint,))
+    try:
+        assert rpc.gone(conn.endpoint) is None
+        watch.check()
+        conn.workers[0].sendall(b"reply")  # data in flight is not an end
+        watch.check()
+        assert conn.clients[0].recv(5) == b"reply"
+        conn.workers[0].close()  # the worker process ends: its kernel closes the connection
+        assert _wait_gone(conn.endpoint) == "it closed the connection"
+        port = conn.endpoint.rsplit(":", 1)[1]
+        for _ in range(2):  # and stays lost
+            with pytest.raises(WorkerLostError, match=rf"RPC worker at {conn.endpoint} is gone.*"
+                               rf"`localspec worker --port {port}`.*load the model again") as info:
+                watch.check()
+            assert info.value.endpoint == conn.endpoint
+        # what libggml still writes (FREE_BUFFER when the model is freed) goes to the stand-in
+        conn.clients[0].sendall(b"\0" * (1 << 20))
+        with pytest.raises(ModelLoadError, match="close the models that use it first"):
+            rpc.connect((conn.endpoint,))  # no new model onto a lost worker while one holds it
+    finally:
+        watch.release()
+        conn.close()
+    with pytest.raises(KeyError):
+        rpc.gone(conn.endpoint)  # released with the last model
+
+
+def test_a_reset_connection_is_found_too() -> None:
+    conn = _Connection()
+    watch = rpc.attach((conn.endpoint,))
+    try:
+        conn.workers[0].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.workers[0].close()  # RST instead of FIN
+        assert _wait_gone(conn.endpoint) is not None
+        watch.before_free()  # what close() does: the stand-in goes in before anything is freed
+        conn.clients[0].sendall(b"\0" * 64)
+    finally:
+        watch.release()
+        conn.close()
+
+
+def test_watching_leaves_the_connection_as_libggml_set_it() -> None:
+    """Blocking mode untouched even under a default socket timeout (a socket object made on
+    libggml's descriptor would turn it non-blocking, and libggml's calls block); TCP keepalive
+    on, so that a worker machine that vanished shows up as gone."""
+    conn = _Connection()
+    socket.setdefaulttimeout(5.0)
+    try:
+        watch = rpc.attach((conn.endpoint,))
+        watch.check()
+        conn.workers[0].sendall(b"x")  # readable: the peek path
+        watch.check()
+        assert rpc.gone(conn.endpoint) is None
+    finally:
+        socket.setdefaulttimeout(None)
+    try:
+        assert conn.clients[0].getblocking()
+        assert conn.clients[0].getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert conn.clients[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == rpc.KEEPALIVE[0]
+    finally:
+        watch.release()
+        conn.close()
+
+
+def test_an_ambiguous_connection_is_counted_not_watched(caplog: pytest.LogCaptureFixture) -> None:
+    conn = _Connection(clients=2)
+    watch = rpc.attach((conn.endpoint,))
+    try:
+        assert "cannot tell which of 2 connections" in caplog.text
+        conn.workers[0].close()
+        time.sleep(0.05)
+        watch.check()  # unwatched: nothing to say (as before watching existed)
+        assert rpc.gone(conn.endpoint) is None
+        assert conn.endpoint in rpc._links  # counted: a load next to it skips the probe
+    finally:
+        watch.release()
+        conn.close()
+
+
+def test_a_guarded_call_comes_back_when_a_worker_fails_it() -> None:
+    """The Python side of `guarded`: results and errors come back; a call whose worker failed
+    it (the abort callback wakes the caller; here another thread does what it does) raises
+    Stuck while the call itself stays blocked, and the next call runs on a fresh thread. Only
+    a libggml thread failing with RPC_FAILURE is parked; anything else goes on to abort."""
+    assert rpc.guarded(lambda a, b: a + b, 2, 3) == 5
+    with pytest.raises(ZeroDivisionError):
+        rpc.guarded(lambda: 1 / 0)
+    release = threading.Event()
+    first_thread = rpc._calls.thread if rpc._calls else None
+
+    def never_returns() -> None:
+        guard = rpc._guarding
+        assert guard is not None
+        threading.Timer(0.05, guard.fail).start()  # what the callback does from the failed thread
+        release.wait(30)
+
+    with pytest.raises(rpc.Stuck):
+        rpc.guarded(never_returns)
+    assert rpc._guarding is None and rpc._calls is None
+    assert rpc.guarded(lambda: "fresh") == "fresh"
+    assert rpc._calls is not None and rpc._calls.thread is not first_thread
+    release.set()
+    rpc._park_if_guarded(rpc.RPC_FAILURE)  # no guarded call running: returns (the process would end)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("when", ["between", "during"])
+def test_a_worker_killed_during_a_generation_ends_it_with_an_error_not_the_process(
+    when: str, qwen_target_path: Path, qwen_draft_path: Path
+) -> None:
+    """Kill one of two real workers during a running generation (in a child process, so that
+    a regression aborts the child, not pytest), `between` two forwards (found by the check
+    before the next one) or `during` a forward of seconds (libggml's failed call is parked and
+    the guarded call returns): the generation ends with WorkerLostError naming the worker, the
+    next request gets the same error, the engine closes, and once the worker is back on its
+    port a new load in the same process generates the same text as before."""
+    import json
+    import os
+
+    ports = (_free_port(), _free_port())
+    procs = [_start_worker(p) for p in ports]
+    endpoints = [f"127.0.0.1:{p}" for p in ports]
+    killed = endpoints[1]
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("rpc_worker_death.py")), str(qwen_target_path),
+         str(qwen_draft_path), ",".join(endpoints), killed, when],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "KILL"
+        if when == "during":
+            time.sleep(1.0)  # inside the long prefill forward (the child reports if it was not)
+        procs[1].kill()
+        procs[1].wait(10)
+        child.stdin.write("killed\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "CLOSED"
+        procs[1] = _start_worker(ports[1])
+        child.stdin.write("restarted\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=600)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+    assert child.returncode == 0, f"the child ended with {child.returncode}:\n{err[-3000:]}"
+    result = json.loads(out.strip().splitlines()[-1].removeprefix("RESULT "))
+    assert result["watched"] == {e: True for e in endpoints}
+    first, second = result["first"], result["second"]
+    assert first["error"] == "WorkerLostError" and first["endpoint"] == killed, first
+    assert f"RPC worker at {killed} is gone" in first["message"] and "localspec worker --port" in first["message"]
+    if when == "between":
+        assert result["seen_gone"] == "it closed the connection"
+        assert result["text_before_kill"] and result["reference"].startswith(result["text_before_kill"])
+    else:
+        assert "during a forward" in first["message"], first
+    assert second["error"] == "WorkerLostError" and second["endpoint"] == killed, second
+    assert result["tokenize_after"] > 0
+    assert result["after_restart"] == result["reference"] and len(result["reference"]) > 20
+
+
+# -- the recommender counts the workers' memory ------------------------------------------------
+class _MemoryWorker:
+    """Answers the probe (HELLO, DEVICE_COUNT, GET_DEVICE_MEMORY) like a worker with the
+    given memory, for any number of connections."""
+
+    def __init__(self, free: int, total: int) -> None:
+        self.free, self.total = free, total
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                while header := conn.recv(9, socket.MSG_WAITALL):
+                    cmd, size = struct.unpack("<BQ", header)
+                    if size:
+                        conn.recv(size, socket.MSG_WAITALL)
+                    reply = {14: bytes(rpc.PROTO_VERSION) + bytes(25), 15: struct.pack("<I", 1),
+                             11: struct.pack("<QQ", self.free, self.total)}[cmd]
+                    conn.sendall(struct.pack("<Q", len(reply)) + reply)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _recommend(*args: str) -> "object":
+    from localspec.cli import _register_all
+
+    return CliRunner().invoke(_register_all(), ["recommend", *args])
+
+
+def test_recommend_adds_the_workers_free_memory() -> None:
+    import json
+
+    gib = 1 << 30
+    a, b = _MemoryWorker(10 * gib, 16 * gib), _MemoryWorker(14 * gib, 16 * gib)
+    try:
+        endpoints = f"{a.endpoint},{b.endpoint}"
+        result = _recommend("--rpc", endpoints, "--ram", "8", "--vram", "0", "--task", "code", "--limit", "3")
+        assert result.exit_code == 0, result.output
+        assert f"target: 2 RPC workers, 24.0 GiB free + local RAM 8.0 GiB (workers: {a.endpoint} 10.0 of 16.0, " \
+               f"{b.endpoint} 14.0 of 16.0)" in result.output
+        assert "counted again as local RAM" in result.output  # loopback workers share this machine's memory
+        assert "[rpc, -ngl" in result.output and "RPC workers (" in result.output
+        out = json.loads(_recommend("--rpc", endpoints, "--ram", "8", "--vram", "0", "--task", "code",
+                                    "--json").output)
+        assert out["hardware"]["rpc_workers"] == [
+            {"endpoint": a.endpoint, "free_bytes": 10 * gib, "total_bytes": 16 * gib},
+            {"endpoint": b.endpoint, "free_bytes": 14 * gib, "total_bytes": 16 * gib}]
+        recs = out["recommendations"]
+        assert recs and any(r["placement"] == "rpc" for r in recs)
+        assert all(r["rpc_bytes"] <= 24 * gib for r in recs)
+        # the same machine without the workers: the biggest targets do not fit
+        alone = json.loads(_recommend("--ram", "8", "--vram", "0", "--task", "code", "--json").output)
+        assert {r["target"] for r in recs} - {r["target"] for r in alone["recommendations"]}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_recommend_names_a_worker_it_cannot_reach() -> None:
+    port = _free_port()
+    result = _recommend("--rpc", f"127.0.0.1:{port}")
+    assert result.exit_code == 2
+    assert f"cannot reach the RPC worker at 127.0.0.1:{port}" in result.output
+    assert _recommend("--rpc", "10.0.0.2").exit_code == 2  # host:port, as for the other commands
+
+
+def test_recommend_asks_real_workers(workers: tuple[str, str]) -> None:
+    """Two `localspec worker` processes (no model needed): their memory, as they report it."""
+    import json
+
+    out = json.loads(_recommend("--rpc", ",".join(workers), "--task", "code", "--json").output)
+    got = out["hardware"]["rpc_workers"]
+    assert [w["endpoint"] for w in got] == list(workers)
+    for w in got:
+        info = rpc.probe(w["endpoint"])
+        assert 0 < w["free_bytes"] <= w["total_bytes"] == info.total_bytes

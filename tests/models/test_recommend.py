@@ -15,8 +15,12 @@ from localspec.recommend.fit import (
     GIB,
     N_UBATCH,
     RAM_USABLE_FRACTION,
+    RPC_ROUND_TRIP_S,
+    RPC_USABLE_FRACTION,
     VRAM_USABLE_FRACTION,
     Budget,
+    RpcWorker,
+    rpc_layers,
 )
 from localspec.theory import speedup
 
@@ -63,6 +67,86 @@ def test_place_nothing_fits_returns_none() -> None:
     cat = load_catalog()
     t, d = cat.model("qwen2.5-coder-32b-instruct"), cat.model("qwen2.5-coder-0.5b-instruct")
     assert place(t, t.file_for("Q8_0"), d, d.file_for("Q4_K_M"), 4096, Budget(0, 8 * GIB, None, 0, 14e9, "x")) is None
+
+
+def _workers(*free_gib: float) -> tuple[RpcWorker, ...]:
+    return tuple(RpcWorker(f"10.0.0.{i + 2}:50052", int(g * GIB), int(g * GIB) + GIB) for i, g in enumerate(free_gib))
+
+
+def test_place_rpc_hand_computed_all_layers_on_the_workers() -> None:
+    """A 32B Q4_K_M (~18.5 GiB) does not fit 8 GiB of RAM; two workers with 12 GiB free each
+    take all 65 layers (64 + output) and the drafter stays in RAM."""
+    import dataclasses
+
+    cat = load_catalog()
+    t, d = cat.model("qwen2.5-coder-32b-instruct"), cat.model("qwen2.5-coder-0.5b-instruct")
+    tf, df = t.file_for("Q4_K_M"), d.file_for("Q4_K_M")
+    here = Budget(0, 8 * GIB, None, 0, 14e9, "no GPU")
+    assert place(t, tf, d, df, 4096, here) is None
+    p = place(t, tf, d, df, 4096, dataclasses.replace(here, rpc_workers=_workers(12, 12)))
+    assert p is not None and p.kind == "rpc"
+    buf_t = N_UBATCH * 4 * (152064 + 8 * 5120)
+    per_layer = tf.size / 65 + 2 * 4096 * 8 * 128 * 2  # weights + f16 KV of one layer
+    assert int((24 * GIB * RPC_USABLE_FRACTION - 2 * buf_t) // per_layer) >= 65
+    assert p.target_gpu_layers == p.target_layers == 65  # -ngl 65: everything on the workers
+    assert p.rpc_bytes == int(tf.size + t.kv_bytes(4096))
+    draft_side = df.size + d.kv_bytes(4096) + N_UBATCH * 4 * (151936 + 8 * 896)
+    assert p.ram_bytes == int(buf_t + draft_side) and p.vram_bytes == 0
+    # the target's step: all of it at this machine's CPU rate, plus one round trip per worker
+    assert p.target_time is not None and p.target_time.fixed_s == pytest.approx(2 * RPC_ROUND_TRIP_S)
+    assert p.target_token_s == pytest.approx(tf.size * t.active / t.params / 14e9 + 2 * RPC_ROUND_TRIP_S)
+
+
+def test_place_rpc_hand_computed_split_between_workers_and_ram() -> None:
+    cat = load_catalog()
+    t, d = cat.model("qwen2.5-coder-32b-instruct"), cat.model("qwen2.5-coder-0.5b-instruct")
+    tf, df = t.file_for("Q4_K_M"), d.file_for("Q4_K_M")
+    workers = _workers(6, 4)
+    p = place(t, tf, d, df, 4096, Budget(0, 16 * GIB, None, 0, 14e9, "no GPU", rpc_workers=workers))
+    assert p is not None and p.kind == "rpc"
+    buf_t = N_UBATCH * 4 * (152064 + 8 * 5120)
+    per_layer = tf.size / 65 + 2 * 4096 * 8 * 128 * 2
+    layers = int((10 * GIB * RPC_USABLE_FRACTION - 2 * buf_t) // per_layer)
+    assert p.target_gpu_layers == rpc_layers(t, tf, 4096, workers) == layers and 20 < layers < 64
+    local = tf.size - layers * tf.size / 65 + t.kv_bytes(4096, 64 - layers) + buf_t
+    draft_side = df.size + d.kv_bytes(4096) + N_UBATCH * 4 * (151936 + 8 * 896)
+    assert p.ram_bytes == int(local + draft_side) <= 16 * GIB * RAM_USABLE_FRACTION
+    assert p.rpc_bytes <= 10 * GIB * RPC_USABLE_FRACTION
+
+
+def test_place_rpc_with_a_local_gpu_keeps_the_drafter_there() -> None:
+    """The target's layers go to the workers only (as `--rpc` places them at load), timed at
+    this machine's GPU speed; the drafter sits on the local GPU."""
+    cat = load_catalog()
+    t, d = cat.model("qwen2.5-coder-32b-instruct"), cat.model("qwen2.5-coder-0.5b-instruct")
+    tf, df = t.file_for("Q4_K_M"), d.file_for("Q4_K_M")
+    budget = Budget(8 * GIB, 16 * GIB, "test", 1008e9, 14e9, "test", rpc_workers=_workers(16, 16))
+    p = place(t, tf, d, df, 4096, budget)
+    assert p is not None and p.kind == "rpc" and p.target_gpu_layers == 65
+    assert p.vram_bytes == CUDA_CONTEXT_BYTES + df.size + d.kv_bytes(4096) + N_UBATCH * 4 * (151936 + 8 * 896)
+    assert p.target_token_s == pytest.approx(p.target_all_gpu_token_s + 2 * RPC_ROUND_TRIP_S)
+
+
+def test_workers_too_small_for_a_layer_leave_the_target_here() -> None:
+    cat = load_catalog()
+    t, d = cat.model("qwen2.5-coder-7b-instruct"), cat.model("qwen2.5-coder-0.5b-instruct")
+    tf, df = t.file_for("Q4_K_M"), d.file_for("Q4_K_M")
+    p = place(t, tf, d, df, 4096, Budget(0, 32 * GIB, None, 0, 14e9, "x", rpc_workers=_workers(0.1)))
+    assert p is not None and p.kind == "cpu" and p.target_gpu_layers == 0 and p.rpc_bytes == 0
+
+
+def test_recommend_with_workers_fits_bigger_targets() -> None:
+    """More worker memory, bigger targets: the biggest target recommended grows with it."""
+    cat = load_catalog()
+    biggest = []
+    for free in (0, 16, 64):
+        workers = _workers(free / 2, free / 2) if free else ()
+        recs = recommend(cat, Budget(0, 8 * GIB, None, 0, 14e9, "x", rpc_workers=workers), task="code",
+                         limit=100, min_tokens_per_s=0)
+        biggest.append(max(cat.model(r.target).params for r in recs))
+        assert all(r.placement in ("rpc", "cpu") for r in recs)
+        assert all(r.rpc_bytes <= free * GIB * RPC_USABLE_FRACTION for r in recs)
+    assert biggest == sorted(biggest) and biggest[-1] > biggest[0]
 
 
 @pytest.mark.parametrize("gib", [8, 12, 24, 32])

@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import llama_cpp
@@ -30,7 +31,7 @@ import numpy.typing as npt
 
 from localspec.engine.llama import rpc
 from localspec.engine.numerics import TILED_MM_ENV, NumericsPlan, plan_numerics
-from localspec.errors import ContextOverflowError, DecodeError, ModelLoadError, ModelNotFoundError
+from localspec.errors import ContextOverflowError, DecodeError, LocalSpecError, ModelLoadError, ModelNotFoundError
 from localspec.hardware import cpu_has_amx
 from localspec.types import ModelSpec
 
@@ -135,6 +136,14 @@ def _nextn_rows(ctx: Any, n: int, n_embd: int) -> npt.NDArray[np.float32]:
     return np.ctypeslib.as_array(ptr, shape=(n, n_embd))
 
 
+def _synced(fn: Callable[..., Any], ctx: Any, *args: Any) -> Any:
+    """`fn(*args)`, then wait for `ctx`'s work (over RPC llama_decode returns before the
+    workers are done; reading the logits would wait outside the guarded call)."""
+    rc = fn(*args)
+    llama_cpp.llama_synchronize(ctx)
+    return rc
+
+
 class LlamaCppBackend:
     """A GGUF model with its own context, batch and token record of sequence 0.
 
@@ -157,6 +166,9 @@ class LlamaCppBackend:
         _ensure_backend()
         self.spec = spec
         self.name = spec.display_name
+        self._watch: rpc.Watch | None = None
+        self._stuck = False
+        """A call on this model's RPC workers never came back: the model can only be abandoned."""
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = spec.n_gpu_layers if spec.n_gpu_layers >= 0 else 999
         self._devices = self._offload_devices(spec)
@@ -173,7 +185,7 @@ class LlamaCppBackend:
         """The numerics mode that really runs (see engine/numerics.py)."""
         mparams.use_extra_bufts = plan.use_extra_bufts
         mparams.load_mtp = True  # a model's nextn (MTP) layers, if any, can then draft (engine/llama/mtp.py)
-        self._model = llama_cpp.llama_model_load_from_file(spec.path.encode(), mparams)
+        self._model = self.native(llama_cpp.llama_model_load_from_file, spec.path.encode(), mparams)
         if not self._model:
             raise ModelLoadError(
                 f"llama.cpp could not load {spec.path}; the file may be truncated or not a GGUF "
@@ -215,13 +227,15 @@ class LlamaCppBackend:
         if self.memory_kind != "kv":
             cparams.n_rs_seq = rs_snapshots  # llama.cpp clamps it to 0 where the arch has none
         self._cparams = cparams
-        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        self._ctx = self.native(llama_cpp.llama_init_from_model, self._model, cparams)
         if not self._ctx:
-            llama_cpp.llama_model_free(self._model)
+            self.native(llama_cpp.llama_model_free, self._model)
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {spec.n_ctx} tokens for {self.name}; "
                 "try a smaller context (-c) or fewer GPU layers (-ngl)."
             )
+        self._watch = rpc.attach(spec.rpc) if spec.rpc else None
+        """libggml's connections to this model's RPC workers, checked before every forward."""
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx)) // self.n_seq
         """Positions of one sequence."""
         self.seq_id = 0
@@ -278,6 +292,49 @@ class LlamaCppBackend:
             return None
         return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
 
+    # -- RPC workers ----------------------------------------------------------------
+    def native(self, fn: Callable[..., Any], *args: Any, sync: Any = None) -> Any:
+        """`fn(*args)`, a libllama call on this model (or a context on it). On a model with RPC
+        workers it is guarded (`rpc.guarded`): a worker that fails it mid-way ends it with
+        WorkerLostError (ModelLoadError while loading) instead of aborting the process, and the
+        model is stuck from then on (abandoned at `close`). `sync`: a context to synchronize
+        inside the call, so that the work `fn` started is done before it returns."""
+        if not self.spec.rpc:
+            return fn(*args)
+        if self._stuck:
+            self.check_workers()
+        call = fn if sync is None else partial(_synced, fn, sync)
+        try:
+            return rpc.guarded(call, *args)
+        except rpc.Stuck:
+            self._stuck = True
+            if self._watch is not None:
+                raise self._watch.lost_mid_call() from None
+            rpc.abandon_endpoints(self.spec.rpc)
+            raise ModelLoadError(
+                f"an RPC worker ({', '.join(self.spec.rpc)}) stopped answering while {self.name} loaded; "
+                "restart `localspec worker` there and load the model again"
+            ) from None
+
+    @property
+    def stuck(self) -> bool:
+        """A call on this model's RPC workers failed mid-way: nothing of it may run or be freed."""
+        return self._stuck
+
+    def check_workers(self) -> None:
+        """WorkerLostError when an RPC worker holding layers of this model is gone (one
+        non-blocking poll of libggml's connections; nothing without workers). Every forward on
+        this model's weights runs it first: a worker that stopped between forwards then ends
+        the generation with that error instead of aborting the process inside llama.cpp."""
+        if self._watch is not None:
+            self._watch.check()
+
+    def before_free(self) -> None:
+        """Call before freeing a context on this model: a worker found gone gets a stand-in
+        connection first, so that freeing its buffers cannot abort the process."""
+        if self._watch is not None:
+            self._watch.before_free()
+
     # -- KV cache -------------------------------------------------------------------
     @property
     def n_past(self) -> int:
@@ -298,6 +355,7 @@ class LlamaCppBackend:
             )
         if all_logits and n > self.n_batch:
             raise ValueError(f"all_logits needs at most n_batch={self.n_batch} tokens, got {n}")
+        self.check_workers()
         if self._checkpoint:
             # a verify batch may be rolled back: keep the recurrent state from before it
             if all_logits and self.tokens:
@@ -320,8 +378,10 @@ class LlamaCppBackend:
             if last_chunk and not all_logits:
                 batch.logits[len(chunk) - 1] = True
             n_out = len(chunk) if all_logits else 1
+            if start:
+                self.check_workers()  # each chunk of a long prompt is a forward of its own
             t0 = time.perf_counter()
-            rc = llama_cpp.llama_decode(self._ctx, batch)
+            rc = self.native(llama_cpp.llama_decode, self._ctx, batch, sync=self._ctx)
             if rc == 0 and self.hidden is not None:
                 h = _nextn_rows(self._ctx, len(chunk), self.n_embd)
                 self.hidden[pos0 : pos0 + len(chunk)] = h
@@ -346,6 +406,7 @@ class LlamaCppBackend:
         """Drop positions >= n_past (see the module docstring for recurrent/hybrid models)."""
         if n_past >= len(self.tokens):
             return
+        self.check_workers()
         n_past = max(0, n_past)
         back = len(self.tokens) - n_past
         if self.memory_kind != "kv" and n_past > 0:
@@ -368,10 +429,11 @@ class LlamaCppBackend:
 
     def _save_recurrent(self) -> None:
         """Copy the recurrent part of the state (position n_past - 1) to host memory."""
-        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, self.seq_id, _PARTIAL_ONLY)
+        size = self.native(llama_cpp.llama_state_seq_get_size_ext, self._ctx, self.seq_id, _PARTIAL_ONLY)
         if len(self._snap) < size:
             self._snap = (ctypes.c_uint8 * size)()
-        self._snap_size = llama_cpp.llama_state_seq_get_data_ext(self._ctx, self._snap, size, self.seq_id, _PARTIAL_ONLY)
+        self._snap_size = self.native(llama_cpp.llama_state_seq_get_data_ext, self._ctx, self._snap, size, self.seq_id,
+                                      _PARTIAL_ONLY)
         self._snap_pos = self.n_past if self._snap_size else None
 
     def _restore_recurrent(self, n_past: int) -> None:
@@ -381,7 +443,8 @@ class LlamaCppBackend:
         assert pos is not None
         again = self.tokens[pos:n_past]
         self._snap_pos = None
-        if llama_cpp.llama_state_seq_set_data_ext(self._ctx, self._snap, self._snap_size, self.seq_id, _PARTIAL_ONLY) == 0:
+        if self.native(llama_cpp.llama_state_seq_set_data_ext, self._ctx, self._snap, self._snap_size, self.seq_id,
+                       _PARTIAL_ONLY) == 0:
             self._reevaluate(n_past)
             return
         if not llama_cpp.llama_memory_seq_rm(self._mem, self.seq_id, pos, -1):
@@ -396,9 +459,9 @@ class LlamaCppBackend:
         """Rebuild the state of tokens[:n_past] from scratch (the memory cannot drop the rest)."""
         keep = self.tokens[:n_past]
         if self.n_seq == 1:
-            llama_cpp.llama_memory_clear(self._mem, True)
+            self.native(llama_cpp.llama_memory_clear, self._mem, True)
         else:  # the other sequences stay
-            llama_cpp.llama_memory_seq_rm(self._mem, self.seq_id, -1, -1)
+            self.native(llama_cpp.llama_memory_seq_rm, self._mem, self.seq_id, -1, -1)
         self.tokens.clear()
         self._rollback_pending = False
         if keep:
@@ -474,7 +537,8 @@ class LlamaCppBackend:
                 i += 1
         batch.n_tokens = i
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(self._ctx, batch)
+        self.check_workers()
+        rc = self.native(llama_cpp.llama_decode, self._ctx, batch, sync=self._ctx)
         dt = time.perf_counter() - t0
         for view, tokens, _ in parts:
             view.t_decode_s += dt
@@ -559,13 +623,32 @@ class LlamaCppBackend:
         return self._token_text(self._eos)
 
     def close(self) -> None:
-        """Free batch, context and model (idempotent; a sequence view frees nothing)."""
-        if getattr(self, "_owner", True) and getattr(self, "_ctx", None):
-            llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
-            llama_cpp.llama_model_free(self._model)
+        """Free batch, context and model (idempotent; a sequence view frees nothing; also after a
+        worker was lost). A stuck model (a call on its workers never came back) is abandoned
+        instead: freeing it would wait for that call forever, so its memory here stays allocated."""
+        if not getattr(self, "_owner", True):
+            return
+        if getattr(self, "_ctx", None):
+            if not self._stuck:
+                self.before_free()
+                llama_cpp.llama_batch_free(self._batch)
+                try:
+                    self.native(llama_cpp.llama_free, self._ctx)
+                    self.native(llama_cpp.llama_model_free, self._model)
+                except LocalSpecError:  # stuck while freeing: the rest is abandoned below
+                    pass
+            if self._stuck:
+                log.warning("%s: abandoned without freeing it (a call on its RPC workers never came back); "
+                            "its memory in this process stays allocated until it ends", self.name)
             self._ctx = None
             self._model = None
+        watch = getattr(self, "_watch", None)
+        if watch is not None:
+            if getattr(self, "_stuck", False):
+                watch.abandon()
+            else:
+                watch.release()
+            self._watch = None
 
     def __del__(self) -> None:
         try:

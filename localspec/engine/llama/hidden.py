@@ -40,7 +40,7 @@ import numpy.typing as npt
 from localspec.engine.llama import ext
 from localspec.engine.llama.backend import LlamaCppBackend
 from localspec.compat import capture_problem
-from localspec.errors import DecodeError, IncompatibleModelsError, ModelLoadError, ModelNotFoundError
+from localspec.errors import DecodeError, IncompatibleModelsError, LocalSpecError, ModelLoadError, ModelNotFoundError
 from localspec.gguf_info import tensor_dims
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,9 @@ class HiddenStateDraft:
             raise IncompatibleModelsError(problem + ". Use a draft model or --drafter ngram with this target.")
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = target.spec.n_gpu_layers if target.spec.n_gpu_layers >= 0 else 999
-        self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
+        if target._devices is not None:  # where the target is (not every device this process registered)
+            mparams.devices = ctypes.cast(target._devices, ctypes.c_void_p)
+        self._model = target.native(llama_cpp.llama_model_load_from_file, path.encode(), mparams)
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load the drafter {path}; the file may be truncated or not "
                                  "an EAGLE-3/DFlash GGUF. Re-download it.")
@@ -137,7 +139,7 @@ class HiddenStateDraft:
         cparams.n_threads_batch = threads
         cparams.no_perf = True
         cparams.ctx_other = target._ctx
-        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        self._ctx = target.native(llama_cpp.llama_init_from_model, self._model, cparams)
         if not self._ctx:
             raise ModelLoadError(f"llama.cpp could not create a context for the drafter {self.name!r}")
         self._mem = llama_cpp.llama_get_memory(self._ctx)
@@ -206,8 +208,9 @@ class HiddenStateDraft:
 
     # -- calls into the draft context -------------------------------------------------
     def _process(self, kind: int, n: int) -> None:
+        self.target.check_workers()  # the draft context reads the target's (and may hold layers on its workers)
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_process(self._ctx, kind, self._batch)
+        rc = self.target.native(llama_cpp.llama_process, self._ctx, kind, self._batch, sync=self._ctx)
         self.log.append((n, time.perf_counter() - t0))
         if rc != 0:
             raise DecodeError(f"{self.name}: llama_process failed with code {rc}")
@@ -336,12 +339,19 @@ class HiddenStateDraft:
         if getattr(self, "_batch", None):
             llama_cpp.llama_batch_ext_free(self._batch)
             self._batch = None
-        if getattr(self, "_ctx", None):
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
-        if getattr(self, "_model", None):
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
+        if self.target.stuck:  # its context reads the target's: abandoned with it
+            self._ctx = self._model = None
+        if getattr(self, "_ctx", None) or getattr(self, "_model", None):
+            self.target.before_free()
+        try:
+            if getattr(self, "_ctx", None):
+                self.target.native(llama_cpp.llama_free, self._ctx)
+                self._ctx = None
+            if getattr(self, "_model", None):
+                self.target.native(llama_cpp.llama_model_free, self._model)
+                self._model = None
+        except LocalSpecError:  # stuck while freeing: abandoned with the target
+            self._ctx = self._model = None
 
     def __del__(self) -> None:
         try:

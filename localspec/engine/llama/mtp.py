@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.engine.llama.backend import LlamaCppBackend, _ext
-from localspec.errors import DecodeError, InvalidRequestError, ModelLoadError
+from localspec.errors import DecodeError, InvalidRequestError, LocalSpecError, ModelLoadError
 
 
 class LlamaMtpHead:
@@ -51,7 +51,7 @@ class LlamaMtpHead:
         params.no_perf = True
         params.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
         params.ctx_other = target._ctx
-        self._ctx = llama_cpp.llama_init_from_model(target._model, params)
+        self._ctx = target.native(llama_cpp.llama_init_from_model, target._model, params)
         if not self._ctx:
             raise ModelLoadError(
                 f"llama.cpp could not create the MTP context of {target.name}; try a smaller context (-c)"
@@ -135,8 +135,9 @@ class LlamaMtpHead:
             self._embd[0] = hidden[p0 - 1]
         if n > 1:
             self._embd[1:n] = hidden[p0 : p0 + n - 1]
+        self.target.check_workers()  # the head's weights are the target's, maybe on RPC workers
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(self._ctx, b)
+        rc = self.target.native(llama_cpp.llama_decode, self._ctx, b, sync=self._ctx)
         self.t_decode_s += time.perf_counter() - t0
         if rc != 0:
             llama_cpp.llama_memory_seq_rm(self._mem, 0, p0, -1)
@@ -153,7 +154,12 @@ class LlamaMtpHead:
         if getattr(self, "_ctx", None):
             self._batch.token = ctypes.POINTER(llama_cpp.llama_token)()  # ours, not llama.cpp's to free
             llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
+            if not self.target.stuck:  # a stuck target's contexts are abandoned with it
+                self.target.before_free()
+                try:
+                    self.target.native(llama_cpp.llama_free, self._ctx)
+                except LocalSpecError:  # stuck while freeing: abandoned with the target
+                    pass
             self._ctx = None
 
     def __del__(self) -> None:
