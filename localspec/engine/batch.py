@@ -90,8 +90,6 @@ class BatchStats:
     """Verify + prompt rows decoded."""
     sequences: int = 0
     """Sum over steps of the sequences verified in the step."""
-    running: int = 0
-    waiting: int = 0
 
     @property
     def mean_batch(self) -> float:
@@ -186,7 +184,6 @@ class BatchRunner:
                 if self._closed and not self._active and not self._waiting:
                     return
                 self._admit()
-                self.stats.running, self.stats.waiting = len(self._active), len(self._waiting)
                 jobs = list(self._active.values())
             try:
                 self._step(jobs)
