@@ -252,18 +252,20 @@ class AdaptivePolicy:
             return self._pick("none", 0)
         if self._batch[0] == 0 and s.verify.t1_stale:  # re-measure plain decoding's own cost
             return self._pick("none", 0)
-        for name in self.costed:
-            if not s.draft_cost(name).known:
-                return self._pick(name, min(2, k_cap))  # measure each drafter once
+        in_batch = self._batch[0] > 0
+        unknown = [name for name in self.costed if not s.draft_cost(name).known]
+        if unknown and not in_batch:
+            return self._pick(unknown[0], min(2, k_cap))  # measure each drafter once, alone
         lookup = self.ngram.name if self.ngram is not None else ""
         cont, n = self.ngram.match(self._context, k_cap) if self.ngram is not None and self._context else ((), 0)
         options = [_Option("none", 0, 1.0, self._seconds("none", 0), self._batch[1])]
         for name in self.costed:
-            options += self._options(name, k_cap)
+            if name not in unknown:
+                options += self._options(name, k_cap)
         if cont:
             options += self._options(lookup, len(cont), n)
         best = max(options, key=lambda o: o.rate)
-        available = {name: True for name in self.costed}
+        available = {name: name not in unknown for name in self.costed}
         if self.ngram is not None:
             available[lookup] = bool(cont)
         for name, tr in self._trials.items():
@@ -274,8 +276,11 @@ class AdaptivePolicy:
                 s.intervals[name] = tr.interval
             tr.since = 0 if best.drafter == name else tr.since + 1
         choice, why = best, "best"
+        # no trials in a batch that splits: a sequence's drafts would cost a call of their
+        # own, which every sequence of the batch waits for; they resume when it is alone
+        explore = not (in_batch and self.split_batches)
         # prompt lookup first: its trials cost only the larger verify batch
-        for name in sorted(self._trials, key=lambda nm: nm != lookup):
+        for name in sorted(self._trials, key=lambda nm: nm != lookup) if explore else ():
             tr = self._trials[name]
             if best.drafter == name or not available[name] or tr.since < tr.interval:
                 continue
@@ -307,12 +312,13 @@ class AdaptivePolicy:
 
     # -- learning ----------------------------------------------------------------------
     def observe(self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float, *,
-                batch_rows: int | None = None) -> None:
+                batch_rows: int | None = None, batch: int = 1) -> None:
         """Update costs and acceptance from the finished step. `batch_rows`: the rows of the
-        verify call when it held other sequences too (0: another sequence reports its cost)."""
+        verify call when it held other sequences too (0: another sequence reports its cost);
+        `batch`: the sequences that shared it (they share the state, and the step's time)."""
         s = self.state
         seconds = t_draft_s + t_verify_s + s.overhead
-        s.credit += EXPLORE_BUDGET * seconds
+        s.credit += EXPLORE_BUDGET * seconds / max(1, batch)
         if self._trial is not None:
             # the trial pays what it really lost against the best choice's rate, so the
             # budget holds even when the estimates that chose it were too hopeful

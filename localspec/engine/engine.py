@@ -119,8 +119,10 @@ class Engine:
         self._acceptor = Acceptor(get_backend(kernel), n_vocab)
         features = (hidden[0], self._features) if hidden is not None and self._features is not None else None
         try:
+            # the draft model evaluates a prompt when it first drafts: the adaptive policy
+            # may never pick it for a request, and then its prefill would be time lost
             self.drafters: dict[str, Drafter] = offered(self.target, self.draft, n_vocab, features, mtp=parallel == 1,
-                                                       lazy_begin=parallel > 1)
+                                                       lazy_begin=True)
         except BaseException:
             if self._features is not None:
                 self._features.close()

@@ -193,7 +193,8 @@ class StepLoop:
         k_used = len(proposal.tokens)
         name = proposal.drafter if k_used else "none"
         self.stats.observe_step(k_used, result.num_accepted, t_draft, t_verify_s, te - ta, name, batch)
-        self.policy.observe(name, k_used, result.num_accepted, t_draft, t_verify_s, batch_rows=batch_rows)
+        self.policy.observe(name, k_used, result.num_accepted, t_draft, t_verify_s, batch_rows=batch_rows,
+                           batch=batch)
         self.policy.observe_overhead(time.perf_counter() - ta)
         if self._check:
             cache.check_invariants(target, context, caches, full=True)

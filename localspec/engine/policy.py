@@ -26,10 +26,11 @@ class DraftPolicy(Protocol):
 
     def observe(
         self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float, *,
-        batch_rows: int | None = None,
+        batch_rows: int | None = None, batch: int = 1,
     ) -> None:
         """The step's outcome and costs (`batch_rows`: the verify call's rows when it held
-        other sequences too; 0 when another sequence reports that call's cost)."""
+        other sequences too; 0 when another sequence reports that call's cost; `batch`: the
+        sequences verified in that call)."""
         ...
 
     def observe_overhead(self, seconds: float) -> None:
@@ -58,6 +59,6 @@ class FixedPolicy:
 
     def observe(
         self, drafter: str, k: int, num_accepted: int, t_draft_s: float, t_verify_s: float, *,
-        batch_rows: int | None = None,
+        batch_rows: int | None = None, batch: int = 1,
     ) -> None:
         """A fixed policy learns nothing."""

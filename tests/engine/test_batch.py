@@ -268,3 +268,82 @@ def test_a_policy_that_always_drafts_re_measures_plain_steps() -> None:
     assert p.choose(4)[1] == 0
     p.state.verify.observe(1, cpu[1])
     assert p.choose(4)[1] > 0
+
+
+
+def _uncertain_model_policy(*, split: bool) -> tuple[AdaptivePolicy, ModelDrafter]:
+    """GPU-like costs (a row adds 2 %), a model drafter measured but barely tried (it might
+    pay even as a call of its own: a trial is due) and plenty of exploration budget."""
+    from localspec.engine.adaptive import PolicyState
+    from localspec.engine.estimators import Acceptance
+
+    state = PolicyState()
+    for n in (1, 3, 5, 9):
+        state.verify.observe(n, 0.010 * (1 + 0.02 * (n - 1)))
+        state.draft_cost("model").observe(n, 0.0005 * (1 + 0.1 * (n - 1)))
+    acc = Acceptance(0.6)
+    acc.reached, acc.accepted = [1.0] * 16, [0.6] * 16
+    state.acceptance["model"] = acc
+    state.credit = 10.0
+    drafter = ModelDrafter(FakeBackend(SCRIPT))
+    p = AdaptivePolicy([drafter], 4, SamplingParams(temperature=0.0), state, probe_every=1)
+    p.split_batches = split
+    context = list(b"The quick brown")
+    drafter.begin(context)
+    p.bind(context)
+    return p, drafter
+
+
+def test_no_trials_while_a_split_batch_holds_other_sequences() -> None:
+    """Exact numerics: a trial's drafts would cost an extra ubatch that every sequence of the
+    batch waits for, so in a batch the policy stays plain; alone, the same state tries the
+    drafter; a unified batch (fast numerics) may try it too."""
+    p, drafter = _uncertain_model_policy(split=True)
+    assert [p.choose(4, batch_rows=1, batch_tokens=1.0)[1] for _ in range(20)] == [0] * 20
+    p, drafter = _uncertain_model_policy(split=True)
+    assert any(p.choose(4)[0] is drafter for _ in range(5))
+    p, drafter = _uncertain_model_policy(split=False)
+    assert any(p.choose(4, batch_rows=1, batch_tokens=1.0)[0] is drafter for _ in range(5))
+
+
+def test_an_unmeasured_drafter_is_measured_alone_not_in_a_batch() -> None:
+    from localspec.engine.adaptive import PolicyState
+
+    state = PolicyState()
+    for n in (1, 3, 5, 9):
+        state.verify.observe(n, 0.010 * (1 + 0.6 * (n - 1)))
+    drafter = ModelDrafter(FakeBackend(SCRIPT), lazy_begin=True)
+    p = AdaptivePolicy([drafter], 4, SamplingParams(temperature=0.0), state)
+    context = list(b"The quick brown")
+    drafter.begin(context)
+    p.bind(context)
+    assert p.choose(4, batch_rows=2, batch_tokens=2.0) == (p.none, 0)
+    assert p.choose(4) == (drafter, 2)
+
+
+def test_sequences_of_a_batch_share_one_exploration_budget() -> None:
+    """Each sequence reports the shared call's time: the budget grows by EXPLORE_BUDGET of
+    the wall time, not of it times the batch."""
+    from localspec.engine.adaptive import EXPLORE_BUDGET
+
+    p, _ = _uncertain_model_policy(split=True)
+    p.state.credit = 0.0
+    p.state.overhead = 0.0
+    for _ in range(4):
+        p.observe("none", 0, 0, 0.0, 0.030, batch_rows=0, batch=4)
+    assert p.state.credit == pytest.approx(EXPLORE_BUDGET * 0.030)
+
+
+def test_one_at_a_time_the_draft_model_skips_prompts_it_does_not_draft_for() -> None:
+    """`parallel=1` too: a request that never drafts with the model leaves the draft model
+    untouched (no prompt prefill for a drafter the policy did not pick); one that drafts
+    with it evaluates the prompt at its first proposal."""
+    draft = FakeBackend(SCRIPT, error_rate=0.25, seed=3)
+    engine = Engine(FakeBackend(SCRIPT), draft, check_invariants=True)  # type: ignore[arg-type]
+    try:
+        "".join(ev.text for ev in engine.generate(request("The quick", drafter="ngram", max_tokens=8)))
+        assert [c for c in draft.calls if c[0] == "decode"] == []
+        "".join(ev.text for ev in engine.generate(request("The quick", drafter="model", max_tokens=8)))
+        assert draft.calls[0] == ("decode", 0, len(b"The quick"))
+    finally:
+        engine.close()

@@ -32,8 +32,9 @@ class ModelDrafter:
         self.backend = backend
         self.lazy_begin = lazy_begin
         """`begin` keeps the cached prefix only; the first proposal evaluates the rest of the
-        prompt (a batch of several generations: an eager prefill would stall all of them for a
-        drafter the policy may never pick, and `pending` lets it price the catch-up)."""
+        prompt (engines use this: an adaptive policy may never pick the model for a request,
+        an eager prefill would then be time lost — in a batch, time every sequence waits for —
+        and `pending` lets the policy price the catch-up)."""
         self.n_vocab = n_vocab or backend.n_vocab
         """Columns shared with the target (ids beyond are padding and never proposed)."""
         self._rows = np.empty((MAX_GAMMA, self.n_vocab), dtype=np.float32)
