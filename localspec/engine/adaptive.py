@@ -62,6 +62,14 @@ NGRAM_PRIOR = 0.5
 the estimate for one n starts from what the other lengths showed (each observation counted
 once). Other drafters bring their own prior (`Drafter.prior_acceptance`)."""
 NGRAM_KEYS = ("ngram2", "ngram3", "ngram4")
+FORGET_EVIDENCE = 1.0
+FORGET_MARGIN = 0.3
+"""Prompt lookup's acceptance carried over from earlier requests is forgotten, but for
+FORGET_EVIDENCE steps' worth, once this request's own first drafts are accepted FORGET_MARGIN
+less often than the estimate says: it depends on the text (90 % on a summary says little
+about free writing), and a request of another kind should not draft deep until its own
+failures outweigh many carried successes. A drafter model's acceptance is a property of the
+pair more than of the text: it carries over in full."""
 
 
 def _acceptance_table() -> dict[str, Acceptance]:
@@ -344,7 +352,12 @@ class AdaptivePolicy:
             s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
         key = self._ngram_key(self.ngram.last_match) if is_lookup and self.ngram is not None else drafter
         if k > 0 and key in self.acceptance:
-            self.acceptance[key].observe(k, num_accepted)
+            acc = self.acceptance[key]
+            acc.observe(k, num_accepted)
+            if key in NGRAM_KEYS and acc.forget_carried(FORGET_EVIDENCE, FORGET_MARGIN):
+                log.debug("%s: this request's drafts contradict the carried estimate, forgot it", key)
+                for other in NGRAM_KEYS:  # the matched lengths share the text
+                    self.acceptance[other].forget_carried(FORGET_EVIDENCE, FORGET_MARGIN, force=True)
             s.acceptance = self.acceptance
 
     def observe_overhead(self, seconds: float) -> None:

@@ -28,6 +28,7 @@ PRIOR_WEIGHT = 2.0
 """Pseudo-observations behind each prior."""
 UPPER_SDS = 2.0
 """Standard deviations above the estimate that `Acceptance.upper` reports."""
+MIN_OWN = 1
 STALE_CALLS = 200
 T1_REFRESH_CALLS = 64
 """A one-row time older than this many calls is stale: the policy takes a plain step to
@@ -212,9 +213,13 @@ class Acceptance:
     prior: float
     reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
+    own: tuple[int, int] = (0, 0)
+    """(steps, first drafts accepted) of this request alone, undecayed (`forget_carried`)."""
 
     def observe(self, k: int, num_accepted: int) -> None:
         """A step drafted k tokens and the first num_accepted passed."""
+        if k > 0:
+            self.own = (self.own[0] + 1, self.own[1] + (num_accepted > 0))
         for lst in (self.reached, self.accepted):
             lst[:] = [v * DECAY for v in lst]
             if len(lst) < k:
@@ -269,6 +274,19 @@ class Acceptance:
     def carried(self) -> Acceptance:
         """A copy with reduced weight, for the next request."""
         return Acceptance(self.prior, [v * CARRY_OVER for v in self.reached], [v * CARRY_OVER for v in self.accepted])
+
+    def forget_carried(self, max_evidence: float, margin: float, *, force: bool = False) -> bool:
+        """When this request's own first-position outcomes fall `margin` below the estimate
+        (or `force`), keep at most `max_evidence` steps' worth of what was carried over: the
+        text is of another kind than the last request's. True when it forgot."""
+        n, hits = self.own
+        r0 = self.reached[0] if self.reached else 0.0
+        if r0 <= max_evidence + n or not (force or (n >= MIN_OWN and hits / n < self.rate(0) - margin)):
+            return False
+        w = (max_evidence + n) / r0
+        self.reached[:] = [v * w for v in self.reached]
+        self.accepted[:] = [v * w for v in self.accepted]
+        return True
 
 
 def _raised(mean: float, reached: float, sds: float) -> float:

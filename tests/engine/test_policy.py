@@ -297,3 +297,19 @@ def test_a_policy_without_prompt_lookup_or_model() -> None:
     drafter, k = p.choose(8)
     assert drafter is head and k >= 5
 
+
+
+def test_a_request_forgets_carried_acceptance_its_own_drafts_contradict() -> None:
+    acc = Acceptance(0.5)
+    for _ in range(40):
+        acc.observe(4, 4)
+    carried = acc.carried()
+    assert carried.own == (0, 0) and carried.evidence > 5 and carried.rate(0) > 0.8
+    agrees = carried.carried()
+    agrees.observe(4, 3)
+    assert not agrees.forget_carried(1.0, 0.3) and agrees.evidence > 2
+    carried.observe(4, 0)  # the first draft of this request fails
+    before = carried.rate(0)
+    assert carried.forget_carried(1.0, 0.3)
+    assert carried.evidence == pytest.approx(2.0) and carried.rate(0) < before - 0.15
+    assert not carried.forget_carried(1.0, 0.3)  # nothing left to forget
