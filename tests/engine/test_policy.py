@@ -311,5 +311,5 @@ def test_a_request_forgets_carried_acceptance_its_own_drafts_contradict() -> Non
     carried.observe(4, 0)  # the first draft of this request fails
     before = carried.rate(0)
     assert carried.forget_carried(1.0, 0.3)
-    assert carried.evidence == pytest.approx(2.0) and carried.rate(0) < before - 0.15
+    assert carried.evidence == pytest.approx(2.0) and carried.rate(0) < before - 0.1
     assert not carried.forget_carried(1.0, 0.3)  # nothing left to forget
