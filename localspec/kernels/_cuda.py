@@ -295,9 +295,19 @@ class CudaBackend:
         return _Inputs(target_logits, draft_tokens, draft_logits, uniforms, params).call(self._lib.lsk_accept, params)
 
     def accept_batch(self, items: Sequence[AcceptItem]) -> list[AcceptResult]:
-        """Every item in one kernel launch (`lsk_accept_batch`); result i == `accept(*items[i].args())`."""
+        """Every item in one kernel launch (`lsk_accept_batch`); result i == `accept(*items[i].args())`.
+
+        A one-item batch takes the single-step path (`lsk_accept`: also one launch, with less
+        packing, and the greedy kernel's lighter registers); both run the same row code.
+        """
         if not items:
             return []
+        if len(items) == 1:
+            batch_vocab(items)
+            try:
+                return [self.accept(*items[0].args())]
+            except ValueError as exc:
+                raise ValueError(f"item 0: {exc}") from exc
         return _Batch(items).call(self._lib.lsk_accept_batch)
 
 
