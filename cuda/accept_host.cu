@@ -36,6 +36,39 @@ int lsk_accept_host(const float* target, const float* draft, const int* drafts, 
     return 0;
 }
 
+// Same contract as lsk_accept_batch in accept.cu (layout: BatchArgs in accept_math.cuh),
+// computed on the calling thread: each packed row is located with batch_row() and decided
+// with decide_batch_row(), as one block of the device kernel does. Returns 0, or 1 for an
+// invalid layout.
+int lsk_accept_batch_host(int n_items, int n_vocab, const float* target, const float* draft, int n_draft_rows,
+                          const int* row_offset, const int* q_offset, const int* drafts, const double* uniforms,
+                          const float* temperature, const int* top_k, const float* top_p, int* out) {
+    using namespace lsk;
+    if (n_items < 0 || (n_draft_rows > 0 && draft == nullptr)) return 1;
+    if (n_items == 0) return 0;
+    if (batch_layout_error(n_items, n_vocab, row_offset, q_offset, n_draft_rows, 64)) return 1;
+    if (n_draft_rows > row_offset[n_items]) return 1;
+    BatchArgs b{target, n_draft_rows > 0 ? draft : nullptr, row_offset, q_offset, drafts, uniforms,
+                temperature, top_k, top_p, n_items, n_vocab, fix_bits_for(n_vocab)};
+    SerialExec ex;
+    for (int item = 0; item < n_items; ++item) {
+        int first = row_offset[item];
+        int k = row_offset[item + 1] - first - 1;
+        int accepted[65];
+        int tokens[65];
+        for (int i = 0; i < 65; ++i) accepted[i] = 0, tokens[i] = -1;
+        for (int i = 0; i <= k; ++i) {
+            BatchRow r = batch_row(b, first + i);
+            RowDecision d = decide_batch_row(ex, r);
+            accepted[i] = d.accepted;
+            tokens[i] = d.token;
+            if (!d.accepted) break;  // later rows cannot change the result
+        }
+        assemble_result(k, drafts + (first - item), accepted, tokens, out + first + 2 * item);
+    }
+    return 0;
+}
+
 // The processed probabilities the kernel uses (stochastic params): out [n_rows, n_vocab]
 // float64, W_i / total in fixed point. Returns 0.
 int lsk_probs_host(const float* logits, int n_rows, int n_vocab, float temperature, int top_k, float top_p,

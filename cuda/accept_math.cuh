@@ -365,6 +365,90 @@ LSK_HD RowDecision decide_stochastic_row(E& ex, const float* x, const float* y, 
     return r;
 }
 
+// ---------------------------------------------------------------------------------------
+// A batch of steps (one per sequence) packed for one call: lsk_accept_batch (accept.cu)
+// runs one block per packed row, lsk_accept_batch_host (accept_host.cu) loops over rows;
+// both locate a row with batch_row() and decide it with decide_batch_row(), which calls
+// the same decide_greedy_row / decide_stochastic_row as the single-step entry points.
+//
+// Item i owns target rows [row_offset[i], row_offset[i+1]) (k_i + 1 rows, k_i <= MAX_K),
+// its drafts are drafts[row_offset[i] - i ..] (k_i of them: the packed drafts skip one
+// row per earlier item), its uniforms are uniforms[row_offset[i] ..] (k_i + 1), its draft
+// logits rows are draft[q_offset[i] ..] (k_i rows) or none when q_offset[i] < 0, and its
+// output is out[row_offset[i] + 2 i ..]: [0] num_accepted, [1] source, [2 .. 2+k_i] tokens
+// (k_i + 3 ints, as the single call's `out`).
+struct BatchArgs {
+    const float* target;       // [R, n_vocab], R = row_offset[n_items]
+    const float* draft;        // [Q, n_vocab] or null
+    const int* row_offset;     // [n_items + 1], row_offset[0] = 0, increasing
+    const int* q_offset;       // [n_items], -1 = no draft logits (or greedy)
+    const int* drafts;         // [R - n_items]
+    const double* uniforms;    // [R]
+    const float* temperature;  // [n_items], <= 0: greedy
+    const int* top_k;          // [n_items]
+    const float* top_p;        // [n_items]
+    int n_items;
+    int n_vocab;
+    int fix_bits;
+};
+
+// Where one packed row belongs, and the inputs of its row decision.
+struct BatchRow {
+    int item;      // sequence index
+    int first;     // its first packed row (row_offset[item])
+    int k;         // its number of drafts
+    int i;         // row within the sequence: 0..k (k = the bonus / plain row)
+    Params p;
+    const float* x;      // target row [n_vocab]
+    const float* y;      // draft logits row, or null
+    const int* drafts;   // the sequence's drafts [k]
+    int draft_token;     // drafts[i], or -1 on row k
+    double u_test;       // uniforms[first + i] (draft rows), 0 on row k
+    double u_sample;     // uniforms[first + k]
+};
+
+LSK_HD BatchRow batch_row(const BatchArgs& b, int row) {
+    int lo = 0, hi = b.n_items;  // the last item whose first row is <= row
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (b.row_offset[mid] <= row) lo = mid;
+        else hi = mid;
+    }
+    BatchRow r;
+    r.item = lo;
+    r.first = b.row_offset[lo];
+    r.k = b.row_offset[lo + 1] - r.first - 1;
+    r.i = row - r.first;
+    r.p = Params{b.temperature[lo], b.top_k[lo], b.top_p[lo], b.n_vocab, b.fix_bits};
+    r.x = b.target + (size_t)row * b.n_vocab;
+    int q = b.q_offset[lo];
+    r.y = (b.draft != nullptr && q >= 0 && r.i < r.k) ? b.draft + (size_t)(q + r.i) * b.n_vocab : nullptr;
+    r.drafts = b.drafts + (r.first - lo);
+    r.draft_token = r.i < r.k ? r.drafts[r.i] : -1;
+    const double* u = b.uniforms + r.first;
+    r.u_test = r.i < r.k ? u[r.i] : 0.0;
+    r.u_sample = u[r.k];
+    return r;
+}
+
+template <class E>
+LSK_HD RowDecision decide_batch_row(E& ex, const BatchRow& r) {
+    if (r.p.temperature <= 0.0f) return decide_greedy_row(ex, r.x, r.draft_token, r.p);
+    return decide_stochastic_row(ex, r.x, r.y, r.draft_token, r.u_test, r.u_sample, r.p);
+}
+
+// Checks of lsk_accept_batch(_host)'s per-item layout on the host: 0 if valid.
+LSK_HD int batch_layout_error(int n_items, int n_vocab, const int* row_offset, const int* q_offset,
+                              int n_draft_rows, int max_k) {
+    if (n_items < 0 || n_vocab <= 0 || n_draft_rows < 0 || row_offset[0] != 0) return 1;
+    for (int i = 0; i < n_items; ++i) {
+        int k = row_offset[i + 1] - row_offset[i] - 1;
+        if (k < 0 || k > max_k) return 1;
+        if (q_offset[i] >= 0 && q_offset[i] + k > n_draft_rows) return 1;
+    }
+    return 0;
+}
+
 // Combine per-row decisions: accepted drafts up to the first rejection, then that row's
 // token. out: [0] num_accepted, [1] source, [2 .. 2+num_accepted] tokens.
 template <class Flags, class Tokens>

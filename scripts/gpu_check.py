@@ -9,6 +9,9 @@
                                                    run here (exit 3), or nothing (exit 0)
     python3 scripts/gpu_check.py bench WORK        `localspec bench kernels` (same functions):
                                                    fused CUDA vs torch-CUDA vs NumPy -> WORK/bench.json
+    python3 scripts/gpu_check.py bench-batch WORK  batches of B = 1, 4, 8 sequences (γ 4, V 151936, T 0 and
+                                                   0.8): B `accept` calls vs one `accept_batch` (for
+                                                   the fused kernel: one launch) -> WORK/bench_batch.json
     python3 scripts/gpu_check.py sanitize WORK     compute-sanitizer (memcheck, racecheck, synccheck,
                                                    initcheck) over `sanitize-run`: small steps through
                                                    the kernel -> WORK/sanitizer.json
@@ -44,6 +47,8 @@ BENCH_VOCABS = (32_000, 151_936, 262_144)
 BENCH_TEMPERATURES = (0.0, 0.8)
 QUICK_GAMMAS = (1, 8)
 QUICK_VOCABS = (32_000, 151_936)
+BATCH_SIZES = (1, 4, 8)
+BATCH_GAMMA, BATCH_VOCAB = 4, 151_936
 JUNIT_FILES = {"gpu tests": "junit-gpu.xml", "kernel suite": "junit-kernels.xml", "lossless gpu": "junit-lossless.xml"}
 SANITIZER_TOOLS = {"memcheck": 32_000, "racecheck": 4099, "synccheck": 4099, "initcheck": 4099}
 """compute-sanitizer tool -> largest vocabulary it runs (racecheck and initcheck are slow)."""
@@ -269,6 +274,15 @@ def render_table(report: dict[str, Any]) -> str:
     if bench.get("goal_repeats_s"):
         lines.append("  goal point, cuda medians of repeated runs: "
                      + ", ".join(_ms(s) for s in bench["goal_repeats_s"]) + " ms")
+    batch_rows = report.get("bench_batch", {}).get("timings", [])
+    if batch_rows:
+        first = batch_rows[0]
+        lines.append(f"  batched, median ms per batch (γ={first['gamma']}, V={first['n_vocab']}; B accept calls vs one "
+                     "accept_batch):")
+        lines.append(f"  {'backend':<11} {'B':>2} {'T':>4} {'B calls':>9} {'1 batch':>9} {'ratio':>7}")
+        for row in batch_rows:
+            lines.append(f"  {row['backend']:<11} {row['batch']:>2} {row['temperature']:>4g} {_ms(row['per_item_s']):>9} "
+                         f"{_ms(row['batch_s']):>9} {_ratio(row['per_item_s'] / row['batch_s'] if row['batch_s'] else None):>7}")
     goal = report.get("goal")
     if goal:
         verdict = {True: "MET", False: "MISSED", None: "NOT MEASURED"}[goal["met"]]
@@ -509,6 +523,33 @@ def step_bench(work: Path, quick: bool) -> int:
     return 0
 
 
+def step_bench_batch(work: Path) -> int:
+    """Time B single calls against one batched call (`localspec.kernels.bench.bench_batch`)."""
+    from localspec.kernels import bench
+
+    ready, missing = bench.available_backends(BENCH_BACKENDS)
+    print(f"timing batches on {', '.join(ready)}; unavailable: {missing or 'none'}")
+    t0 = time.perf_counter()
+    rows = bench.bench_batch(ready, batch_sizes=BATCH_SIZES, gamma=BATCH_GAMMA, n_vocab=BATCH_VOCAB,
+                             temperatures=BENCH_TEMPERATURES, budget_s=0.25,
+                             progress=lambda text: print(f"  {text}", flush=True))
+    result: dict[str, Any] = {
+        "timings": [r.as_dict() for r in rows], "unavailable": missing,
+        "grid": {"batch_sizes": BATCH_SIZES, "gamma": BATCH_GAMMA, "n_vocab": BATCH_VOCAB,
+                 "temperatures": BENCH_TEMPERATURES, "budget_s": 0.25},
+        "method": "per backend, batch size, temperature: the median of B synchronous accept() calls in a loop, and "
+                  "the median of one accept_batch() call on the same B items (the bench workload: every draft "
+                  "accepted; target and draft logits are views of one array each, back to back); one warm-up "
+                  "each, >= 3 runs within the budget, one process",
+        "seconds": round(time.perf_counter() - t0, 1)}
+    _write(work / "bench_batch.json", result)
+    for row in rows:
+        print(f"{row.backend:<11} B={row.batch} T={row.temperature:g}: {row.per_item_s * 1e3:.3f} ms as {row.batch} "
+              f"calls, {row.batch_s * 1e3:.3f} ms batched ({row.batch_speedup:.2f}x)")
+    print(f"batch bench done in {result['seconds']} s")
+    return 0
+
+
 def sanitize_cases() -> list[tuple[Any, ...]]:
     """Small steps covering both kernels: greedy, T>0 with and without draft logits, top-k +
     top-p, k = 0 (plain), all accepted and a rejection (recovery)."""
@@ -533,7 +574,7 @@ def sanitize_cases() -> list[tuple[Any, ...]]:
 
 def step_sanitize_run(max_vocab: int) -> int:
     """What compute-sanitizer watches: the sanitize cases up to `max_vocab` through the kernel."""
-    from localspec.kernels import _cuda
+    from localspec.kernels import AcceptItem, _cuda
     from localspec.kernels.reference import accept_ref
 
     backend = _cuda.CudaBackend()  # built already: same LOCALSPEC_CACHE_DIR as the build step
@@ -543,7 +584,19 @@ def step_sanitize_run(max_vocab: int) -> int:
             continue
         n += 1
         same += backend.accept(target, drafts, q, uniforms, params) == accept_ref(target, drafts, q, uniforms, params)
-    print(f"{SANITIZE_RUN_MARKER} {n} steps, {same} equal to the reference")
+    # The batched kernel too: every case of one vocabulary in one launch (mixed greedy and
+    # sampled, with and without q, k = 0..8), against the single calls.
+    by_vocab: dict[int, list[AcceptItem]] = {}
+    for target, drafts, q, uniforms, params in sanitize_cases():
+        if target.shape[1] <= max_vocab:
+            by_vocab.setdefault(target.shape[1], []).append(AcceptItem(target, drafts, q, uniforms, params))
+    batched = batched_same = 0
+    for items in by_vocab.values():
+        got = backend.accept_batch(items)
+        batched += len(items)
+        batched_same += sum(g == backend.accept(*item.args()) for g, item in zip(got, items, strict=True))
+    print(f"{SANITIZE_RUN_MARKER} {n} steps, {same} equal to the reference; {batched} steps in {len(by_vocab)} "
+          f"batched launches, {batched_same} equal to the single calls")
     return 0
 
 
@@ -608,7 +661,8 @@ def step_report(work: Path, out: Path) -> int:
     report: dict[str, Any] = {"status": overall_status(env, steps), "env": env, "steps": steps,
                               "build": _load(work / "build.json"),
                               "tests": {title: junit_summary(work / name) for title, name in JUNIT_FILES.items()},
-                              "bench": _load(work / "bench.json"), "sanitizer": _load(work / "sanitizer.json")}
+                              "bench": _load(work / "bench.json"), "bench_batch": _load(work / "bench_batch.json"),
+                              "sanitizer": _load(work / "sanitizer.json")}
     if env.get("no_gpu_reason"):
         dry = "dry run without a GPU (GPU_CHECK_FORCE=1), " if env.get("forced") else ""
         report["reason"] = f"{dry}no GPU: {env['no_gpu_reason']}"
@@ -642,6 +696,8 @@ def main(argv: list[str]) -> int:
         return 0
     if step == "bench":
         return step_bench(Path(args[0]), quick="--quick" in args[1:])
+    if step == "bench-batch":
+        return step_bench_batch(Path(args[0]))
     if step == "sanitize":
         return step_sanitize(Path(args[0]))
     if step == "sanitize-run":

@@ -8,11 +8,13 @@
 #   build         the kernel built and loaded the way users get it (localspec.kernels._build,
 #                 arch from NVML: sm_90 on an H100/H200), ptxas report, one smoke step
 #   gpu tests     tests/kernels/test_gpu.py, the `gpu`-marked kernel tests (fused kernel and
-#                 torch-CUDA vs the NumPy reference)
+#                 torch-CUDA vs the NumPy reference; the batched kernel vs per-item calls)
 #   lossless gpu  tests/engine/test_lossless_gpu.py, only where llama.cpp-CUDA and the weights are
 #   bench         localspec.kernels.bench: fused CUDA vs torch-CUDA vs NumPy per step
+#   batch bench   B = 1, 4, 8 sequences (γ 4, V 151936): B accept calls vs one accept_batch, per backend
 #   sanitizer     compute-sanitizer memcheck/racecheck/synccheck (+ initcheck, informational) on
-#                 small steps through the kernel (works on Firecracker machines, not on gVisor)
+#                 small steps through the kernel, single and batched (works on Firecracker machines,
+#                 not on gVisor)
 #   kernel suite  the other tests/kernels tests, with a GPU present (minus the 6-arch compile)
 # Writes OUT_DIR/gpu_check.json (results, timings) and OUT_DIR/gpu_check.log (everything
 # printed), and prints a short table last. Exit 0: passed, or skipped without a GPU; 1: failed.
@@ -83,6 +85,7 @@ main() {
       echo "$reason" >"$WORK/lossless.txt"
     fi
     run_step bench 120 "$PY" scripts/gpu_check.py bench "$WORK" ${GPU_CHECK_QUICK:+--quick}
+    run_step "batch bench" 90 "$PY" scripts/gpu_check.py bench-batch "$WORK"
     run_step sanitizer 150 "$PY" scripts/gpu_check.py sanitize "$WORK"
     run_step "kernel suite" 120 "$PY" -m pytest -p no:cacheprovider -q -rfEs -o faulthandler_timeout=60 \
       -m "not gpu" tests/kernels --deselect tests/kernels/test_compile.py::test_compile_check_builds_every_arch \

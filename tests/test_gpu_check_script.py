@@ -165,3 +165,25 @@ def test_kernel_modules_import_without_app_dependencies() -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_table_shows_the_batched_bench() -> None:
+    env = {"gpu_name": "NVIDIA H200", "target_arch": "sm_90"}
+    rows = [{"backend": "cuda", "batch": 8, "gamma": 4, "n_vocab": 151_936, "temperature": 0.8, "per_item_s": 0.008,
+             "batch_s": 0.002, "runs": 9, "batch_speedup": 4.0},
+            {"backend": "reference", "batch": 1, "gamma": 4, "n_vocab": 151_936, "temperature": 0.0,
+             "per_item_s": 0.003, "batch_s": 0.003, "runs": 9, "batch_speedup": 1.0}]
+    report = {"status": "passed", "env": env, "steps": [], "build": {}, "tests": {}, "bench": {},
+              "bench_batch": {"timings": rows}}
+    table = gc.render_table(report)
+    assert "batched, median ms per batch (γ=4, V=151936; B accept calls vs one accept_batch):" in table
+    assert "  cuda         8  0.8     8.000     2.000   4.00x" in table
+    assert "  reference    1    0     3.000     3.000   1.00x" in table
+    assert "batched" not in gc.render_table({**report, "bench_batch": {}})
+
+
+def test_check_script_runs_the_batched_steps() -> None:
+    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    assert 'run_step "batch bench" 90 "$PY" scripts/gpu_check.py bench-batch "$WORK"' in text
+    assert "tests/kernels/test_gpu.py" in text  # the batched GPU tests live there
+    assert gc.BATCH_SIZES == (1, 4, 8) and (gc.BATCH_GAMMA, gc.BATCH_VOCAB) == (4, 151_936)

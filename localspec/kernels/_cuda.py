@@ -3,6 +3,13 @@
 `CudaBackend` runs `cuda/accept.cu` (built at first use by `_build.py` with the user's nvcc),
 `HostKernel` runs the same math compiled for the CPU (tests and debugging). `cuda_status()`
 says why the device kernel cannot run here (no nvcc, a compile error, no driver, no GPU).
+
+`accept_batch` packs a batch (`_Batch`) for one call of `lsk_accept_batch` (one kernel launch
+for every sequence) or `lsk_accept_batch_host`: the items' target logits rows become one
+[sum(k_i + 1), V] float32 buffer, which is a zero-copy view when the items' rows already lie
+back to back in memory (views of one verify batch, as a batched target call returns them),
+else one host copy; draft logits likewise; drafts, uniforms and per-item parameters are
+small arrays.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.errors import KernelUnavailableError
-from localspec.kernels import _build
+from localspec.kernels import AcceptItem, _build, batch_vocab
 from localspec.kernels.reference import _check_shapes
 from localspec.types import AcceptResult, SamplingParams, TokenSource
 
@@ -33,6 +41,8 @@ _f64p = ctypes.POINTER(ctypes.c_double)
 _i32p = ctypes.POINTER(ctypes.c_int)
 _ACCEPT_ARGTYPES: list[Any] = [_f32p, _f32p, _i32p, _f64p, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int,
                     ctypes.c_float, _i32p]
+_BATCH_ARGTYPES: list[Any] = [ctypes.c_int, ctypes.c_int, _f32p, _f32p, ctypes.c_int, _i32p, _i32p, _i32p, _f64p,
+                              _f32p, _i32p, _f32p, _i32p]
 
 
 def _ptr(array: np.ndarray | None, ctype: Any) -> Any:
@@ -40,15 +50,22 @@ def _ptr(array: np.ndarray | None, ctype: Any) -> Any:
 
 
 class _Inputs:
-    """Validated, contiguous views of one step's inputs (no copy when already float32/C)."""
+    """Validated, contiguous views of one step's inputs (no copy when already float32/C).
+
+    `as_given=True` (a batch item) leaves the logits arrays as given (any dtype or strides):
+    `_Batch` packs them, converting while it copies.
+    """
 
     def __init__(self, target_logits: npt.ArrayLike, draft_tokens: npt.ArrayLike,
-                 draft_logits: npt.ArrayLike | None, uniforms: npt.ArrayLike, params: SamplingParams) -> None:
-        self.logits = np.ascontiguousarray(target_logits, dtype=np.float32)
+                 draft_logits: npt.ArrayLike | None, uniforms: npt.ArrayLike, params: SamplingParams,
+                 as_given: bool = False) -> None:
+        rows = np.asarray if as_given else functools.partial(np.ascontiguousarray, dtype=np.float32)
+        self.logits = rows(target_logits)
         self.drafts = np.ascontiguousarray(np.asarray(draft_tokens).reshape(-1), dtype=np.int32)
         self.k = int(self.drafts.shape[0])
+        self.params = params
         greedy = params.greedy
-        self.q = None if draft_logits is None or greedy else np.ascontiguousarray(draft_logits, dtype=np.float32)
+        self.q = None if draft_logits is None or greedy else rows(draft_logits)
         self.u = np.ascontiguousarray(np.asarray(uniforms, dtype=np.float64).reshape(-1))
         _check_shapes(self.logits, self.drafts, self.q, None if greedy else self.u)
         if self.k > MAX_K:
@@ -67,6 +84,81 @@ class _Inputs:
         num_accepted = int(out[0])
         tokens = tuple(int(t) for t in out[2 : 3 + num_accepted])
         return AcceptResult(tokens, num_accepted, _SOURCES[int(out[1])])
+
+
+def _rows_pointer(arrays: list[np.ndarray], n_vocab: int) -> tuple[Any, np.ndarray | None]:
+    """(float* to the rows of `arrays` stacked [sum(n_i), V], a packed copy or None).
+
+    float32 C-contiguous [n_i, V] arrays that lie back to back in memory are passed as a
+    pointer to the first one (no copy: the bytes there are exactly the stacked rows);
+    otherwise they are concatenated (and converted to float32) in one copy. The caller keeps
+    `arrays` alive across the call.
+    """
+    row_bytes = 4 * n_vocab
+    address = arrays[0].ctypes.data
+    adjacent = True
+    for array in arrays:
+        if array.dtype != np.float32 or not array.flags.c_contiguous or array.ctypes.data != address:
+            adjacent = False
+            break
+        address += array.shape[0] * row_bytes
+    if adjacent:
+        return ctypes.cast(arrays[0].ctypes.data, _f32p), None
+    packed = np.concatenate(arrays, axis=0, dtype=np.float32)
+    return _ptr(packed, ctypes.c_float), packed
+
+
+class _Batch:
+    """A batch packed for `lsk_accept_batch` (layout: BatchArgs in cuda/accept_math.cuh)."""
+
+    def __init__(self, items: Sequence[AcceptItem]) -> None:
+        self.n_vocab = batch_vocab(items)
+        self.inputs: list[_Inputs] = []
+        for index, item in enumerate(items):
+            try:
+                self.inputs.append(_Inputs(*item.args(), as_given=True))
+            except ValueError as exc:
+                raise ValueError(f"item {index}: {exc}") from exc
+        n = len(self.inputs)
+        ks = np.fromiter((i.k for i in self.inputs), dtype=np.int32, count=n)
+        self.row_offset = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(ks + 1, out=self.row_offset[1:])
+        self.q_offset = np.full(n, -1, dtype=np.int32)
+        with_q = [i for i in self.inputs if i.q is not None and i.k > 0]
+        q_rows = 0
+        for index, inp in enumerate(self.inputs):
+            if inp.q is not None and inp.k > 0:
+                self.q_offset[index] = q_rows
+                q_rows += inp.k
+        self.n_draft_rows = q_rows
+        self.target, self._target_copy = _rows_pointer([i.logits for i in self.inputs], self.n_vocab)
+        self.draft: Any = None
+        self._draft_copy: np.ndarray | None = None
+        if with_q:
+            self.draft, self._draft_copy = _rows_pointer([i.q for i in with_q if i.q is not None], self.n_vocab)
+        self.drafts = np.concatenate([i.drafts for i in self.inputs]).astype(np.int32, copy=False)
+        # greedy items may carry more (or, from _Inputs, zero) uniforms: keep k + 1 each
+        self.uniforms = np.concatenate([i.u[: i.k + 1] for i in self.inputs])
+        self.temperature = np.array([i.params.temperature for i in self.inputs], dtype=np.float32)
+        self.top_k = np.array([i.params.top_k for i in self.inputs], dtype=np.int32)
+        self.top_p = np.array([i.params.top_p for i in self.inputs], dtype=np.float32)
+
+    def call(self, fn: Any) -> list[AcceptResult]:
+        n = len(self.inputs)
+        out = np.zeros(int(self.row_offset[-1]) + 2 * n, dtype=np.int32)
+        err = fn(n, self.n_vocab, self.target, self.draft, self.n_draft_rows, _ptr(self.row_offset, ctypes.c_int),
+                 _ptr(self.q_offset, ctypes.c_int), _ptr(self.drafts, ctypes.c_int), _ptr(self.uniforms, ctypes.c_double),
+                 _ptr(self.temperature, ctypes.c_float), _ptr(self.top_k, ctypes.c_int),
+                 _ptr(self.top_p, ctypes.c_float), _ptr(out, ctypes.c_int))
+        if err:
+            raise KernelUnavailableError(f"the batched acceptance kernel failed: {_error_text(err)}")
+        results = []
+        for index in range(n):
+            at = int(self.row_offset[index]) + 2 * index
+            num_accepted = int(out[at])
+            tokens = tuple(int(t) for t in out[at + 2 : at + 3 + num_accepted])
+            results.append(AcceptResult(tokens, num_accepted, _SOURCES[int(out[at + 1])]))
+        return results
 
 
 _LIB: ctypes.CDLL | None = None
@@ -95,6 +187,8 @@ def load_library(path: Path) -> ctypes.CDLL:
     lib.lsk_error_string.restype = ctypes.c_char_p
     lib.lsk_accept.argtypes = _ACCEPT_ARGTYPES
     lib.lsk_accept.restype = ctypes.c_int
+    lib.lsk_accept_batch.argtypes = _BATCH_ARGTYPES
+    lib.lsk_accept_batch.restype = ctypes.c_int
     return lib
 
 
@@ -200,6 +294,22 @@ class CudaBackend:
         """Shapes as `reference.accept_ref`: target [k+1, V], drafts [k], q [k, V] | None, uniforms [k+1]."""
         return _Inputs(target_logits, draft_tokens, draft_logits, uniforms, params).call(self._lib.lsk_accept, params)
 
+    def accept_batch(self, items: Sequence[AcceptItem]) -> list[AcceptResult]:
+        """Every item in one kernel launch (`lsk_accept_batch`); result i == `accept(*items[i].args())`.
+
+        A one-item batch takes the single-step path (`lsk_accept`: also one launch, with less
+        packing, and the greedy kernel's lighter registers); both run the same row code.
+        """
+        if not items:
+            return []
+        if len(items) == 1:
+            batch_vocab(items)
+            try:
+                return [self.accept(*items[0].args())]
+            except ValueError as exc:
+                raise ValueError(f"item 0: {exc}") from exc
+        return _Batch(items).call(self._lib.lsk_accept_batch)
+
 
 class HostKernel:
     """`cuda/accept_math.cuh` compiled for the CPU (`accept_host.cu`): the kernel's math on one thread."""
@@ -210,6 +320,8 @@ class HostKernel:
         lib = ctypes.CDLL(str(path or _build.build_host_library()))
         lib.lsk_accept_host.argtypes = _ACCEPT_ARGTYPES
         lib.lsk_accept_host.restype = ctypes.c_int
+        lib.lsk_accept_batch_host.argtypes = _BATCH_ARGTYPES
+        lib.lsk_accept_batch_host.restype = ctypes.c_int
         lib.lsk_probs_host.argtypes = [_f32p, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int,
                                        ctypes.c_float, _f64p]
         lib.lsk_probs_host.restype = ctypes.c_int
@@ -226,6 +338,12 @@ class HostKernel:
         """Shapes as `reference.accept_ref`."""
         return _Inputs(target_logits, draft_tokens, draft_logits, uniforms, params).call(self._lib.lsk_accept_host,
                                                                                           params)
+
+    def accept_batch(self, items: Sequence[AcceptItem]) -> list[AcceptResult]:
+        """The packed batch through `lsk_accept_batch_host` (the device kernel's layout and row code)."""
+        if not items:
+            return []
+        return _Batch(items).call(self._lib.lsk_accept_batch_host)
 
     def probs(self, logits: npt.ArrayLike, params: SamplingParams) -> npt.NDArray[np.float64]:
         """The kernel's processed probabilities. logits: [n, V] float32 -> float64 [n, V]."""

@@ -2,16 +2,19 @@
 
 All rows are processed at once in float32 (temperature, top-k, softmax, top-p); the ratio
 test and the one inverse-CDF sample of the step use float64. Nothing is compiled.
+`accept_batch` loops over the items (each item's result is the single call's).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from localspec.errors import KernelUnavailableError
+from localspec.kernels import AcceptItem, accept_each
 from localspec.kernels.reference import _TOP_P_CANDIDATES, _check_shapes
 from localspec.types import AcceptResult, SamplingParams, TokenSource
 
@@ -101,6 +104,10 @@ class TorchBackend:
                 source = TokenSource.RECOVERED
         tokens = tuple(int(t) for t in drafts_np[:j]) + (token,)
         return AcceptResult(tokens, j, source)
+
+    def accept_batch(self, items: Sequence[AcceptItem]) -> list[AcceptResult]:
+        """`accept` per item, in order (a loop: one sequence's rows at a time)."""
+        return accept_each(self.accept, items)
 
 
 def _greedy_result(best: np.ndarray, drafts: np.ndarray) -> AcceptResult:

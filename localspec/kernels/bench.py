@@ -3,6 +3,10 @@
 The workload is the expensive case for every backend: the draft logits equal the target's
 (q == p) and each draft is its row's argmax, so every draft is accepted and all k + 1 rows
 are processed (greedy: all argmaxes; sampling: the k ratio tests and the bonus token).
+
+`bench_batch` times a continuous-batching step: B sequences, each such a step, once as B
+`accept` calls and once as one `accept_batch` call (for `cuda`: one kernel launch). The
+items' logits are views of one [B(γ+1), V] array, as a batched target call returns them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from localspec.errors import KernelUnavailableError
+from localspec.kernels import AcceptItem
 from localspec.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -23,6 +28,9 @@ log = logging.getLogger(__name__)
 GAMMAS = (1, 4, 8, 16)
 VOCABS = (49_152, 151_936, 262_144)
 TEMPERATURES = (0.0, 0.8)
+BATCH_SIZES = (1, 4, 8)
+BATCH_GAMMA = 4
+BATCH_VOCAB = 151_936
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,31 @@ class KernelTiming:
     def as_dict(self) -> dict[str, object]:
         """Plain-data form for `--json`."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class BatchTiming:
+    """Median seconds for a batch of `batch` sequences on one backend: `per_item_s` = one
+    `accept` call per sequence, in a loop; `batch_s` = one `accept_batch` call."""
+
+    backend: str
+    batch: int
+    gamma: int
+    n_vocab: int
+    temperature: float
+    per_item_s: float
+    batch_s: float
+    runs: int
+    """Timed runs of the batched call (the per-item loop had at least 3 as well)."""
+
+    @property
+    def batch_speedup(self) -> float:
+        """per_item_s / batch_s: > 1 when one batched call beats the loop of single calls."""
+        return self.per_item_s / self.batch_s if self.batch_s > 0 else float("inf")
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain-data form for `--json`."""
+        return {**asdict(self), "batch_speedup": self.batch_speedup}
 
 
 def step_inputs(gamma: int, n_vocab: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -115,4 +148,45 @@ def bench_kernels(
                 for name, (median, runs) in medians.items():
                     speedup = ref[0] / median if ref and median > 0 else None
                     rows.append(KernelTiming(name, gamma, n_vocab, temperature, median, runs, speedup))
+    return rows
+
+
+def batch_inputs(batch: int, gamma: int, n_vocab: int, params: SamplingParams, seed: int = 0) -> list[AcceptItem]:
+    """`batch` items of the `step_inputs` workload (every draft accepted), their target and
+    draft logits views of one array each, back to back (a batched target call's layout)."""
+    steps = [step_inputs(gamma, n_vocab, seed=seed + i) for i in range(batch)]
+    target = np.concatenate([s[0] for s in steps])  # [batch (γ+1), V]
+    draft = np.concatenate([s[2] for s in steps])  # [batch γ, V]
+    rows = gamma + 1
+    return [AcceptItem(target[i * rows : (i + 1) * rows], drafts, draft[i * gamma : (i + 1) * gamma], uniforms, params)
+            for i, (_, drafts, _, uniforms) in enumerate(steps)]
+
+
+def bench_batch(
+    backends: dict[str, object],
+    batch_sizes: Iterable[int] = BATCH_SIZES,
+    gamma: int = BATCH_GAMMA,
+    n_vocab: int = BATCH_VOCAB,
+    temperatures: Iterable[float] = TEMPERATURES,
+    budget_s: float = 0.25,
+    progress: Callable[[str], None] | None = None,
+) -> list[BatchTiming]:
+    """Per backend, batch size and temperature: median of the per-item loop vs one batched call."""
+    rows: list[BatchTiming] = []
+    for batch in batch_sizes:
+        for temperature in temperatures:
+            items = batch_inputs(batch, gamma, n_vocab, SamplingParams(temperature=temperature))
+            for name, backend in backends.items():
+                if progress:
+                    progress(f"{name} batch={batch} γ={gamma} V={n_vocab} T={temperature}")
+
+                def per_item(b: object = backend) -> object:
+                    return [b.accept(*item.args()) for item in items]  # type: ignore[attr-defined]
+
+                def batched(b: object = backend) -> object:
+                    return b.accept_batch(items)  # type: ignore[attr-defined]
+
+                loop_s, _ = time_step(per_item, budget_s=budget_s)
+                batch_s, runs = time_step(batched, budget_s=budget_s)
+                rows.append(BatchTiming(name, batch, gamma, n_vocab, temperature, loop_s, batch_s, runs))
     return rows

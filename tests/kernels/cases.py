@@ -248,3 +248,69 @@ def float32_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     w = np.exp((x - m) / np.float32(params.temperature)).astype(np.float32)
     w = np.where(ref > 0, w, np.float32(0))
     return (w / w.sum(axis=1, keepdims=True, dtype=np.float32)).astype(np.float64)
+
+
+# ---------------------------------------------------------------------------- batches
+
+BATCH_LAYOUTS = ("separate", "views", "strided")
+"""How a batch's logits lie in memory: each item its own arrays; views of one [Σ(k_i+1), V]
+buffer back to back (what a batched target call returns: the CUDA backend passes it without
+a copy); every other column of wider float64 arrays (non-contiguous, not float32)."""
+
+
+def mixed_batch(rng: np.random.Generator, size: int, n_vocab: int, layout: str = "separate",
+                max_k: int = 8) -> list[Case]:
+    """`size` cases sharing V, mixing greedy and sampled params, k in 0..max_k, with and
+    without draft logits, their logits laid out as `layout` says."""
+    cases = []
+    for _ in range(size):
+        params = PARAMS[int(rng.integers(len(PARAMS)))]
+        k = int(rng.integers(max_k + 1))
+        cases.append(make_case(rng, k, n_vocab, params, bool(rng.random() < 0.6)))
+    if layout == "separate":
+        return cases
+    if layout == "views":
+        target = np.concatenate([c.target for c in cases])
+        with_q = [c for c in cases if c.q is not None]
+        q_all = np.concatenate([c.q for c in with_q if c.q is not None]) if with_q else None
+        out, row, q_row = [], 0, 0
+        for c in cases:
+            rows = c.target.shape[0]
+            q = None
+            if c.q is not None and q_all is not None:
+                q = q_all[q_row : q_row + rows - 1]
+                q_row += rows - 1
+            out.append(Case(target[row : row + rows], c.drafts, q, c.uniforms, c.params, c.label + " [views]"))
+            row += rows
+        return out
+    if layout == "strided":
+        def widen(x: np.ndarray) -> np.ndarray:
+            wide = np.zeros((x.shape[0], 2 * x.shape[1]), dtype=np.float64)
+            wide[:, ::2] = x
+            return wide[:, ::2]
+
+        return [Case(widen(c.target), c.drafts, None if c.q is None else widen(c.q), c.uniforms, c.params,
+                     c.label + " [strided]") for c in cases]
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def batch_items(cases: list[Case]) -> list:
+    """AcceptItems of `cases`, in order."""
+    from localspec.kernels import AcceptItem
+
+    return [AcceptItem(c.target, c.drafts, c.q, c.uniforms, c.params) for c in cases]
+
+
+def batches(seed: int, vocabs: tuple[int, ...] = (1000, 32_000), sizes: tuple[int, ...] = tuple(range(1, 9)),
+            max_k: int = 8) -> Iterator[list[Case]]:
+    """One mixed batch per (V, size), the layouts in rotation."""
+    rng = np.random.default_rng(seed)
+    for n_vocab in vocabs:
+        for size in sizes:
+            yield mixed_batch(rng, size, n_vocab, BATCH_LAYOUTS[size % len(BATCH_LAYOUTS)], max_k)
+
+
+def compare_batch(cases: list[Case], results: list[AcceptResult]) -> tuple[int, list[str], list[str]]:
+    """`compare` for results a batch call returned for `cases` (in order)."""
+    by_case = {id(c.target): r for c, r in zip(cases, results, strict=True)}
+    return compare(iter(cases), lambda target, *rest: by_case[id(target)])

@@ -71,3 +71,24 @@ def test_doctor_reports_backends_and_reasons() -> None:
         assert len(report["kernels"]["cuda"]) > 20  # a reason, not just "no"
     text = CliRunner().invoke(_app(), ["doctor"])
     assert text.exit_code == 0 and "Acceptance backends" in text.stdout and "nvcc" in text.stdout
+
+
+def test_bench_batch_times_per_item_and_batched() -> None:
+    ready, _ = bench.available_backends(["reference", "torch-cpu"])
+    rows = bench.bench_batch(ready, batch_sizes=(1, 3), gamma=2, n_vocab=4099, temperatures=(0.0, 0.8), budget_s=0.01)
+    assert len(rows) == 2 * 2 * 2
+    assert {(r.backend, r.batch, r.temperature) for r in rows} == {
+        (b, n, t) for b in ready for n in (1, 3) for t in (0.0, 0.8)}
+    for r in rows:
+        assert r.per_item_s > 0 and r.batch_s > 0 and r.runs >= 3 and r.gamma == 2 and r.n_vocab == 4099
+        assert r.as_dict()["batch_speedup"] == r.batch_speedup
+
+
+def test_batch_inputs_are_views_that_accept_every_draft() -> None:
+    from localspec.kernels.reference import accept_ref
+    from localspec.types import SamplingParams
+
+    items = bench.batch_inputs(3, 4, 4099, SamplingParams(0.8))
+    bases = {id(item.target_logits.base) for item in items}  # type: ignore[union-attr]
+    assert len(items) == 3 and len(bases) == 1
+    assert [accept_ref(*item.args()).num_accepted for item in items] == [4, 4, 4]

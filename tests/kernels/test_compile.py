@@ -22,6 +22,7 @@ def test_compile_check_builds_every_arch(tmp_path: Path) -> None:
     data = lib.read_bytes()
     # every kernel symbol follows the `_kernel` naming and is in the fat binary
     assert b"accept_greedy_kernel" in data and b"accept_stochastic_kernel" in data
+    assert b"accept_batch_kernel" in data and b"lsk_accept_batch" in data
 
 
 def _broken_sources(tmp_path: Path) -> tuple[Path, int]:

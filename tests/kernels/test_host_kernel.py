@@ -8,7 +8,8 @@ import pytest
 from localspec.kernels.reference import accept_ref, probs_from_logits
 from localspec.types import AcceptResult, SamplingParams, TokenSource
 
-from .cases import PARAMS, Case, compare, float32_probs, fragile_reasons, grid, make_case, special_cases
+from .cases import (PARAMS, Case, batch_items, batches, compare, compare_batch, float32_probs, fragile_reasons, grid,
+                    make_case, mixed_batch, special_cases)
 
 
 def test_host_kernel_matches_reference_on_the_grid(host_kernel: object) -> None:
@@ -88,3 +89,106 @@ def test_fragility_detector_rejects_a_clear_mismatch() -> None:
     ref = case.run(accept_ref)
     assert ref.num_accepted == 1  # p(1) ~ 0.98 > 0.1
     assert fragile_reasons(case, ref, AcceptResult((0,), 0, TokenSource.RECOVERED)) == []
+
+
+# ------------------------------------------------- batches: lsk_accept_batch_host
+
+
+def test_host_batch_equals_per_item_host_calls(host_kernel: object) -> None:
+    """The packed entry point (the device kernel's layout, batch_row and decide_batch_row)
+    against one lsk_accept_host call per item: mixed batches, V 1000 and 32000, sizes 1..8."""
+    n = 0
+    for cases in batches(seed=40):
+        items = batch_items(cases)
+        got = host_kernel.accept_batch(items)  # type: ignore[attr-defined]
+        assert got == [host_kernel.accept(*item.args()) for item in items], cases[0].label  # type: ignore[attr-defined]
+        n += len(items)
+    assert n == 72
+
+
+def test_host_batch_long_drafts_and_many_items(host_kernel: object) -> None:
+    """k up to 32 (MAX_GAMMA) and 24 items in one call; the kernel's own limit of 64 too."""
+    rng = np.random.default_rng(41)
+    cases = mixed_batch(rng, 24, 4099, "views", max_k=32)
+    cases.append(make_case(rng, 64, 4099, SamplingParams(0.8), True))
+    cases.append(make_case(rng, 64, 4099, SamplingParams(0.0), False))
+    items = batch_items(cases)
+    assert host_kernel.accept_batch(items) == [host_kernel.accept(*i.args()) for i in items]  # type: ignore[attr-defined]
+
+
+def test_host_batch_matches_the_reference(host_kernel: object) -> None:
+    total = 0
+    justified_all: list[str] = []
+    for cases in batches(seed=42, vocabs=(1000, 4099)):
+        n, justified, wrong = compare_batch(cases, host_kernel.accept_batch(batch_items(cases)))  # type: ignore[attr-defined]
+        assert not wrong, "\n".join(wrong)
+        total += n
+        justified_all += justified
+    assert len(justified_all) <= total // 50, "\n".join(justified_all)
+
+
+def test_host_batch_special_cases_in_one_call(host_kernel: object) -> None:
+    """Ties, -inf logits, q == p, n-gram rejections, all in one batch (V differs per case,
+    so one batch per V)."""
+    for case in special_cases():
+        items = batch_items([case, case])
+        assert host_kernel.accept_batch(items) == [case.run(host_kernel.accept)] * 2  # type: ignore[attr-defined]
+
+
+def test_host_batch_validation(host_kernel: object) -> None:
+    from localspec.kernels import AcceptItem
+
+    assert host_kernel.accept_batch([]) == []  # type: ignore[attr-defined]
+    rng = np.random.default_rng(43)
+    good = make_case(rng, 2, 30, SamplingParams(0.8), True)
+    long = make_case(rng, 65, 30, SamplingParams(0.8), False)
+    items = [AcceptItem(good.target, good.drafts, good.q, good.uniforms, good.params), AcceptItem(long.target, long.drafts, None, long.uniforms, long.params)]
+    with pytest.raises(ValueError, match="^item 1: the CUDA kernel takes at most 64 draft tokens"):
+        host_kernel.accept_batch(items)  # type: ignore[attr-defined]
+
+
+def test_layout_check_rejects_a_bad_packing(host_kernel: object) -> None:
+    """The C entry point checks the per-item layout itself (a caller other than _Batch)."""
+    import ctypes
+
+    lib = host_kernel._lib  # type: ignore[attr-defined]
+    target = np.zeros((3, 8), dtype=np.float32)
+    f32 = target.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    i32 = ctypes.POINTER(ctypes.c_int)
+
+    def call(row_offset: list[int], q_offset: list[int], n_draft_rows: int = 0) -> int:
+        ro = np.array(row_offset, dtype=np.int32)
+        qo = np.array(q_offset, dtype=np.int32)
+        drafts = np.zeros(8, dtype=np.int32)
+        u = np.zeros(8)
+        t = np.full(len(q_offset), 0.8, dtype=np.float32)
+        k = np.zeros(len(q_offset), dtype=np.int32)
+        p = np.ones(len(q_offset), dtype=np.float32)
+        out = np.zeros(16, dtype=np.int32)
+        return int(lib.lsk_accept_batch_host(len(q_offset), 8, f32, f32 if n_draft_rows else None, n_draft_rows,
+                                             ro.ctypes.data_as(i32), qo.ctypes.data_as(i32), drafts.ctypes.data_as(i32),
+                                             u.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
+                                             t.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), k.ctypes.data_as(i32),
+                                             p.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.ctypes.data_as(i32)))
+
+    assert call([0, 1, 3], [-1, -1]) == 0
+    assert call([0, 1, 3], [-1, 0], n_draft_rows=1) == 0
+    assert call([1, 2, 3], [-1, -1]) == 1  # row_offset[0] != 0
+    assert call([0, 2, 2], [-1, -1]) == 1  # an item with no row
+    assert call([0, 1, 3], [-1, 0], n_draft_rows=0) == 1  # q rows beyond the draft buffer
+    assert call([0, 1, 3], [-1, 1], n_draft_rows=1) == 1
+
+
+def test_zero_copy_when_the_rows_lie_back_to_back() -> None:
+    from localspec.kernels._cuda import _rows_pointer
+
+    buf = np.arange(5 * 4, dtype=np.float32).reshape(5, 4)
+    pointer, copy = _rows_pointer([buf[:2], buf[2:3], buf[3:]], 4)
+    assert copy is None and pointer[0] == 0.0 and pointer[19] == 19.0
+    pointer, copy = _rows_pointer([buf[:2], buf[3:]], 4)  # a gap: packed once
+    assert copy is not None and copy.shape == (4, 4) and copy[2, 0] == 12.0
+    pointer, copy = _rows_pointer([buf[:2].astype(np.float64), buf[2:]], 4)
+    assert copy is not None and copy.dtype == np.float32
+    strided = buf[:, ::2]
+    _, copy = _rows_pointer([strided[:2], strided[2:]], 2)  # not contiguous
+    assert copy is not None
