@@ -7,7 +7,8 @@ One driver thread runs every active generation's `StepLoop` in lockstep:
     for each generation still prefilling: its next prompt chunk (<= prefill_chunk rows)
     for each generation decoding: plan its step (policy choice with the batch in view, draft)
     one target decode over all of it: every chunk and every [last, d_1..d_k]
-    for each generation decoding: accept, commit, roll back its own sequence, emit events
+    one acceptance call over every decoding generation (the CUDA kernel: one launch)
+    for each generation decoding: commit, roll back its own sequence, emit events
 
 so a new request joins between steps, a finished one leaves between steps, and a long prompt
 stalls the others by at most one chunk per step. Each generation keeps its own random
@@ -34,7 +35,8 @@ from localspec.engine.backend import ModelBackend, common_prefix_len
 from localspec.engine.loop import StepLoop
 from localspec.engine.metrics import SpecStats
 from localspec.engine.request import PreparedRequest
-from localspec.types import TokenEvent, TokenSource
+from localspec.kernels import AcceptItem
+from localspec.types import AcceptResult, TokenEvent, TokenSource
 
 log = logging.getLogger(__name__)
 
@@ -281,11 +283,15 @@ class BatchRunner:
             del job.rest[:n]
             if not job.rest:
                 self._prefilled(job)
+        accepted = self._accept(planned, outs[len(parts) - len(planned):])
         first = True
         for job, logits in zip(planned, outs[len(parts) - len(planned):], strict=True):
             assert job.loop is not None
+            if job.slot not in accepted:
+                continue  # ended by its failure
             try:
-                events = job.loop.complete(logits, dt, batch_rows=rows if first else 0, batch=len(planned))
+                events = job.loop.complete(logits, dt, batch_rows=rows if first else 0, batch=len(planned),
+                                           accepted=accepted[job.slot])
             except BaseException as exc:
                 self._end(job, exc)
                 continue
@@ -296,6 +302,41 @@ class BatchRunner:
                 self._end(job, events[-1])
             elif events:
                 job.events.put(events[-1])
+
+    def _accept(self, planned: list[_Job], outs: Sequence[npt.NDArray[np.float32]]
+                ) -> dict[int, tuple[AcceptResult, float]]:
+        """Every planned generation's acceptance in one backend call (one kernel launch on a
+        GPU), by slot: (result, its share of the call's seconds). A generation whose inputs
+        fail ends alone; if the batched call fails, each is accepted on its own, so one bad
+        sequence cannot end the others."""
+        items: list[AcceptItem] = []
+        ready: list[_Job] = []
+        for job, logits in zip(planned, outs, strict=True):
+            assert job.loop is not None
+            try:
+                items.append(job.loop.accept_item(logits))
+                ready.append(job)
+            except BaseException as exc:
+                self._end(job, exc)
+        if not ready:
+            return {}
+        assert ready[0].loop is not None
+        acceptor = ready[0].loop.acceptor
+        t0 = time.perf_counter()
+        try:
+            results = acceptor.accept_batch(items)
+        except Exception:
+            log.exception("batched acceptance failed; accepting sequence by sequence")
+            out: dict[int, tuple[AcceptResult, float]] = {}
+            for job, item in zip(ready, items, strict=True):
+                try:
+                    t1 = time.perf_counter()
+                    out[job.slot] = (acceptor.accept_one(item), time.perf_counter() - t1)
+                except BaseException as exc:
+                    self._end(job, exc)
+            return out
+        share = (time.perf_counter() - t0) / len(ready)
+        return {job.slot: (r, share) for job, r in zip(ready, results, strict=True)}
 
     def _prefilled(self, job: _Job) -> None:
         """The prompt is in: start the drafters; the generation steps from the next batch on."""

@@ -26,6 +26,7 @@ from localspec.engine.drafters import EMPTY, Drafter, DraftProposal
 from localspec.engine.emitter import Emitter
 from localspec.engine.metrics import SpecStats
 from localspec.engine.policy import DraftPolicy
+from localspec.kernels import AcceptItem
 from localspec.engine.request import PreparedRequest
 from localspec.types import MAX_GAMMA, AcceptResult, TokenEvent, TokenSource
 
@@ -149,18 +150,31 @@ class StepLoop:
         self._pending = (drafter, k, proposal, n_past, time.perf_counter() - ts)
         return [context[-1], *proposal.tokens]
 
+    def accept_item(self, logits: npt.NDArray[np.float32]) -> AcceptItem:
+        """Phase 3's inputs for the planned step, given its verify `logits` [k+1, V]: the
+        rows under the grammar's mask, this generation's uniforms. A batch driver accepts
+        several generations' items in one backend call and hands each result to `complete`."""
+        assert self._pending is not None, "accept_item() without plan()"
+        proposal = self._pending[2]
+        if self.guide is not None:  # p_i := the target's distribution under the mask after d_1..d_i
+            logits = self.guide.mask_rows(logits[:, : self.acceptor.n_vocab])
+        return self.acceptor.item(logits, proposal, self.request.params, self._rng)
+
     def complete(self, logits: npt.NDArray[np.float32], t_verify_s: float, *,
-                 batch_rows: int | None = None, batch: int = 1) -> list[TokenEvent]:
+                 batch_rows: int | None = None, batch: int = 1,
+                 accepted: tuple[AcceptResult, float] | None = None) -> list[TokenEvent]:
         """Phases 2-4 of the planned step, given its verify `logits` [k+1, V] (taking
         `t_verify_s`; `batch_rows`: the rows of the whole verify batch, 0 when another
-        sequence of the batch reports its cost; `batch`: the sequences verified in it): the
-        step's events, the last one final when the generation ends."""
-        return list(self.complete_lazily(logits, t_verify_s, batch_rows=batch_rows, batch=batch))
+        sequence of the batch reports its cost; `batch`: the sequences verified in it;
+        `accepted`: the result of its `accept_item` and the seconds it took, when a driver
+        accepted it already): the step's events, the last one final when the generation ends."""
+        return list(self.complete_lazily(logits, t_verify_s, batch_rows=batch_rows, batch=batch, accepted=accepted))
 
     def complete_lazily(self, logits: npt.NDArray[np.float32], t_verify_s: float, *,
-                        batch_rows: int | None = None, batch: int = 1) -> Iterator[TokenEvent]:
+                        batch_rows: int | None = None, batch: int = 1,
+                        accepted: tuple[AcceptResult, float] | None = None) -> Iterator[TokenEvent]:
         """`complete`, its events counted in the stats as they are taken (live stats)."""
-        result = self._step_end(logits, t_verify_s, batch_rows, batch)
+        result = self._step_end(logits, t_verify_s, batch_rows, batch, accepted)
         yield from self.emitter.emit(result, self.num_steps - 1)
         if self.emitter.finish_reason is not None:
             yield self._finish(self.emitter.finish_reason, self.emitter.last_source)
@@ -168,18 +182,21 @@ class StepLoop:
             self.stats.t_generate_s = time.perf_counter() - self._t_start
 
     def _step_end(self, logits: npt.NDArray[np.float32], t_verify_s: float, batch_rows: int | None,
-                  batch: int = 1) -> AcceptResult:
-        """Accept, commit, roll the caches back, learn."""
+                  batch: int = 1, accepted: tuple[AcceptResult, float] | None = None) -> AcceptResult:
+        """Accept (unless a driver did), commit, roll the caches back, learn."""
         assert self._pending is not None, "complete() without plan()"
+        # 3. accept: the rule of kernels/reference.py, on the chosen backend
+        if accepted is None:
+            ta = time.perf_counter()
+            result = self.acceptor.accept_one(self.accept_item(logits))
+            te = time.perf_counter()
+        else:
+            result, t_accept = accepted
+            te = time.perf_counter()
+            ta = te - t_accept
         drafter, k, proposal, n_past, t_draft = self._pending
         self._pending = None
-        context, r, rng, target, guide = self.context, self.request, self._rng, self.target, self.guide
-        if guide is not None:  # p_i := the target's distribution under the mask after d_1..d_i
-            logits = guide.mask_rows(logits[:, : self.acceptor.n_vocab])
-        # 3. accept: the rule of kernels/reference.py, on the chosen backend
-        ta = time.perf_counter()
-        result = self.acceptor.accept(logits, proposal, r.params, rng)
-        te = time.perf_counter()
+        context, target, guide = self.context, self.target, self.guide
         # 4. commit, and roll both caches (and the grammar) back to the committed tokens
         context.extend(result.tokens)
         if guide is not None:

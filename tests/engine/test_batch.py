@@ -347,3 +347,36 @@ def test_one_at_a_time_the_draft_model_skips_prompts_it_does_not_draft_for() -> 
         assert draft.calls[0] == ("decode", 0, len(b"The quick"))
     finally:
         engine.close()
+
+
+def test_one_acceptance_call_per_step_for_every_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The acceptance backend gets the whole batch in one call (one kernel launch on a GPU);
+    when that call fails, each sequence is accepted on its own and the outputs do not change."""
+    reqs = [request(p, drafter="model", temperature=0.0 if i % 2 else 0.9, seed=i) for i, p in enumerate(PROMPTS[:3])]
+    engine = make_engine(3)
+    backend = engine._acceptor.backend
+    sizes: list[int] = []
+    real = backend.accept_batch
+
+    def counting(items):  # type: ignore[no-untyped-def]
+        sizes.append(len(items))
+        return real(items)
+
+    monkeypatch.setattr(backend, "accept_batch", counting)
+    try:
+        texts, _ = run_together(engine, reqs)
+    finally:
+        engine.close()
+    assert texts == alone(reqs)
+    assert max(sizes) == 3 and sum(sizes) >= 3 * 5
+    engine = make_engine(3)
+
+    def broken(items):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the device went away")
+
+    monkeypatch.setattr(engine._acceptor.backend, "accept_batch", broken)
+    try:
+        texts, gens = run_together(engine, reqs)
+        assert texts == alone(reqs) and all(g.finish_reason in ("stop", "length") for g in gens)
+    finally:
+        engine.close()
