@@ -348,33 +348,16 @@ class LlamaCppBackend:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
-        if self.n_past + n > self.n_ctx:
-            raise ContextOverflowError(
-                f"{self.name}: {self.n_past + n} tokens exceed the context of {self.n_ctx}; "
-                "raise -c/--ctx-size or shorten the prompt"
-            )
         if all_logits and n > self.n_batch:
             raise ValueError(f"all_logits needs at most n_batch={self.n_batch} tokens, got {n}")
-        self.check_workers()
-        if self._checkpoint:
-            # a verify batch may be rolled back: keep the recurrent state from before it
-            if all_logits and self.tokens:
-                self._save_recurrent()
-            else:
-                self._snap_pos = None
+        self._before_decode(n, all_logits)
         batch = self._batch
         n_out = 0
         for start in range(0, n, self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + self.n_batch >= n
             pos0 = self.n_past + start
-            for i, tok in enumerate(chunk):
-                batch.token[i] = tok
-                batch.pos[i] = pos0 + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = self.seq_id
-                batch.logits[i] = all_logits
-            batch.n_tokens = len(chunk)
+            batch.n_tokens = self._fill(batch, 0, chunk, pos0, all_logits)
             if last_chunk and not all_logits:
                 batch.logits[len(chunk) - 1] = True
             n_out = len(chunk) if all_logits else 1
@@ -401,6 +384,33 @@ class LlamaCppBackend:
         self.tokens.extend(int(t) for t in tokens)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def _before_decode(self, n: int, all_logits: bool) -> None:
+        """Refuse n more tokens beyond the context, check the RPC workers (before any state
+        call: one on a lost worker aborts); on a recurrent model keep the state from before a
+        batch that may be rolled back (a verify batch: all_logits)."""
+        if self.n_past + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{self.name}: {self.n_past + n} tokens exceed the context of {self.n_ctx}; "
+                "raise -c/--ctx-size or shorten the prompt"
+            )
+        self.check_workers()
+        if self._checkpoint:
+            if all_logits and self.tokens:
+                self._save_recurrent()
+            else:
+                self._snap_pos = None
+
+    def _fill(self, batch: Any, i: int, tokens: Sequence[int], pos0: int, all_logits: bool) -> int:
+        """Write this sequence's `tokens` at positions pos0.. into `batch` from row i on;
+        returns the next free row."""
+        for j, tok in enumerate(tokens):
+            batch.token[i + j] = tok
+            batch.pos[i + j] = pos0 + j
+            batch.n_seq_id[i + j] = 1
+            batch.seq_id[i + j][0] = self.seq_id
+            batch.logits[i + j] = all_logits
+        return i + len(tokens)
 
     def truncate(self, n_past: int) -> None:
         """Drop positions >= n_past (see the module docstring for recurrent/hybrid models)."""
@@ -518,23 +528,8 @@ class LlamaCppBackend:
         for view, tokens, all_logits in parts:
             if view._views[0] is not self._views[0]:
                 raise ValueError("decode_many needs views of this model's context")
-            if view.n_past + len(tokens) > view.n_ctx:
-                raise ContextOverflowError(
-                    f"{view.name}: {view.n_past + len(tokens)} tokens exceed the context of {view.n_ctx}; "
-                    "raise -c/--ctx-size or shorten the prompt"
-                )
-            if view._checkpoint:
-                if all_logits and view.tokens:
-                    view._save_recurrent()
-                else:
-                    view._snap_pos = None
-            for j, tok in enumerate(tokens):
-                batch.token[i] = tok
-                batch.pos[i] = view.n_past + j
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = view.seq_id
-                batch.logits[i] = all_logits
-                i += 1
+            view._before_decode(len(tokens), all_logits)
+            i = view._fill(batch, i, tokens, view.n_past, all_logits)
         batch.n_tokens = i
         t0 = time.perf_counter()
         self.check_workers()
