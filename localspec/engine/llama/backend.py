@@ -504,8 +504,9 @@ class LlamaCppBackend:
         """Evaluate each (sequence view, tokens, all_logits) in one `llama_decode` (several when
         the rows exceed n_batch); returns per part its logits rows [len(tokens), V] when
         all_logits, else an empty [0, V] (no row is read: prompt chunks). Views into
-        llama.cpp's buffer, valid until the next decode. On failure every part's sequence is
-        left as before the call and the error names the first part's model."""
+        llama.cpp's buffer, valid until the next decode. On failure the parts of the failing
+        call are left as before it (when the rows exceed n_batch, parts of earlier calls stay
+        evaluated and recorded: every view's `tokens` stays true) and the error names the model."""
         parts = [p for p in parts if len(p[1])]
         out: list[npt.NDArray[np.float32]] = []
         group: list[tuple[LlamaCppBackend, Sequence[int], bool]] = []
