@@ -17,6 +17,7 @@ from localspec.engine.drafters import ModelDrafter, PromptLookupDrafter
 from localspec.engine.fake import FakeBackend
 from localspec.errors import EngineBusyError, InvalidRequestError
 from localspec.types import SamplingParams
+from tests.concurrency import concurrently
 
 SCRIPT = "The quick brown fox jumps over the lazy dog. Then it runs home and sleeps. The end."
 PROMPTS = ["The quick", "Then it", "The lazy", "runs home", "over the"]
@@ -40,13 +41,7 @@ def drain(gen: Generation, out: dict[int, str], key: int) -> None:
 
 def run_together(engine: Engine, reqs: list[GenerationRequest]) -> tuple[list[str], list[Generation]]:
     gens = [engine.generate(r) for r in reqs]
-    out: dict[int, str] = {}
-    threads = [threading.Thread(target=drain, args=(g, out, i)) for i, g in enumerate(gens)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    return [out[i] for i in range(len(reqs))], gens
+    return concurrently(lambda g: "".join(ev.text for ev in g), gens, timeout=60), gens
 
 
 def alone(reqs: list[GenerationRequest]) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from localspec.engine import ChatMessage, Engine, Generation, GenerationRequest, ModelSpec
+from tests.concurrency import concurrently
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 
@@ -46,13 +47,7 @@ def ids(gen: Generation) -> list[int]:
 
 def together(engine: Engine, reqs: list[GenerationRequest]) -> list[list[int]]:
     gens = [engine.generate(r) for r in reqs]
-    out: dict[int, list[int]] = {}
-    threads = [threading.Thread(target=lambda i=i, g=g: out.__setitem__(i, ids(g))) for i, g in enumerate(gens)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    return [out[i] for i in range(len(reqs))]
+    return concurrently(ids, gens, timeout=600)
 
 
 @pytest.mark.parametrize("drafter", ["none", "model", "ngram", "adaptive"])

@@ -7,7 +7,6 @@ for the logic; the last test runs the Qwen pair."""
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from localspec.engine import Engine, ModelSpec
 from localspec.engine.fake import FakeBackend
+from tests.concurrency import concurrently
 from tests.server.conftest import LiveServer, live_server
 
 SCRIPT = "Hello! I am a fake model. I repeat my script and then stop. " * 3
@@ -42,16 +42,6 @@ def servers() -> Iterator[tuple[LiveServer, LiveServer]]:
 def ask(srv: LiveServer, prompt: str, **kw: Any) -> Any:
     kw.setdefault("max_tokens", 40)
     return srv.openai().completions.create(model="fake", prompt=prompt, **kw)
-
-
-def concurrently(fn: Any, args: list[Any]) -> list[Any]:
-    out: dict[int, Any] = {}
-    threads = [threading.Thread(target=lambda i=i, a=a: out.__setitem__(i, fn(a))) for i, a in enumerate(args)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return [out[i] for i in range(len(args))]
 
 
 def test_concurrent_answers_equal_the_one_at_a_time_server(servers: tuple[LiveServer, LiveServer]) -> None:
