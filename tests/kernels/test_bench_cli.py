@@ -92,3 +92,17 @@ def test_batch_inputs_are_views_that_accept_every_draft() -> None:
     bases = {id(item.target_logits.base) for item in items}  # type: ignore[union-attr]
     assert len(items) == 3 and len(bases) == 1
     assert [accept_ref(*item.args()).num_accepted for item in items] == [4, 4, 4]
+
+
+def test_bench_kernels_cli_batch_mode() -> None:
+    """`--batch`: B single calls against one batched call, per backend, B and T."""
+    args = ["bench", "kernels", "--backend", "torch-cpu", "--gamma", "2", "--vocab", "4099", "--temp", "0",
+            "--temp", "0.8", "--budget", "0.01", "--batch", "1", "--batch", "3"]
+    result = CliRunner().invoke(_app(), [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout[result.stdout.index("{"):])["batch_timings"]
+    assert {(r["backend"], r["batch"], r["temperature"]) for r in rows} == {
+        (b, n, t) for b in ("reference", "torch-cpu") for n in (1, 3) for t in (0.0, 0.8)}
+    assert all(r["gamma"] == 2 and r["n_vocab"] == 4099 and r["per_item_s"] > 0 and r["batch_s"] > 0 for r in rows)
+    table = CliRunner().invoke(_app(), args)
+    assert table.exit_code == 0 and "one batch" in table.stdout and "γ=2" in table.stdout
