@@ -66,6 +66,7 @@ def serve_command(
         settings = settings.model_copy(update={"strict_model": True})
     engine = flags.build_engine()
     try:
+        engine.warm_up()
         app = create_app(engine, settings)
         if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.api_key_value is None:
             log.warning("binding %s without an API key: anyone who can reach it can use the model", settings.host)

@@ -234,6 +234,21 @@ class Engine:
         """What the batch driver did (parallel > 1), else None."""
         return self._runner.stats if self._runner is not None else None
 
+    def warm_up(self) -> bool:
+        """Before the first request: page the weights in and measure the target's verify
+        costs and the draft model's decode costs for the adaptive policy (engine/calibrate.py;
+        a second or two on a CPU). False (nothing done) once a request has run or while one runs."""
+        from localspec.engine.calibrate import calibrate
+
+        if self._policy_states or self.busy:
+            return False
+        with self._lock:
+            state = PolicyState()
+            draft = self.draft if "model" in self.drafters else None
+            calibrate(self.target, draft, state, self.default_gamma + 1)
+            self._policy_states[True] = state
+        return True
+
     def close(self) -> None:
         """Free both models (waits for a running generation to end)."""
         if self._runner is not None:

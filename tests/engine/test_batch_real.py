@@ -30,6 +30,10 @@ def engines(qwen_target_path: Path, qwen_draft_path: Path) -> Iterator[tuple[Eng
     single = Engine(spec, draft, check_invariants=True)
     batched = Engine(spec, draft, check_invariants=True, parallel=3, prefill_chunk=16)
     try:
+        # the batched engine is warmed up (what `serve` does): every test below compares it
+        # with the single engine, which is not, so the warm-up must leave nothing behind
+        assert batched.warm_up() and batched.target.n_past == 0 and batched.draft is not None
+        assert batched.draft.n_past == 0 and batched._policy_states[True].draft_cost("model").known
         yield single, batched
     finally:
         batched.close()
