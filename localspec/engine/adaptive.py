@@ -297,7 +297,9 @@ class AdaptivePolicy:
                 continue  # even at the optimistic end of its estimate it would not be chosen
             trial = min((o for o in options if o.drafter == name), key=lambda o: self._regret(o, best))
             cost = self._regret(trial, best)
-            if cost <= s.credit + s.verify.predict(1):
+            # alone, the first trials may go one plain step into debt; in a batch a trial's
+            # loss is every sequence's wait, so it must be paid for in full
+            if cost <= s.credit + (0.0 if in_batch else s.verify.predict(1)):
                 tr.since = 0
                 self._trial = (name, trial.tokens - 1.0, best.rate, cost, trial.extra)
                 choice, why = trial, "trial"

@@ -375,3 +375,14 @@ def test_one_acceptance_call_per_step_for_every_sequence(monkeypatch: pytest.Mon
         assert texts == alone(reqs) and all(g.finish_reason in ("stop", "length") for g in gens)
     finally:
         engine.close()
+
+
+def test_in_a_batch_a_trial_must_be_paid_for_in_full() -> None:
+    """Alone, a first trial may go one plain step into debt; in a (unified) batch, where its
+    loss is every sequence's wait, it waits until the budget has paid for it."""
+    p, drafter = _uncertain_model_policy(split=False)
+    p.state.credit = 0.0
+    assert all(p.choose(4, batch_rows=1, batch_tokens=1.0)[1] == 0 for _ in range(5))
+    p, drafter = _uncertain_model_policy(split=False)
+    p.state.credit = 0.0
+    assert any(p.choose(4)[0] is drafter for _ in range(5))
