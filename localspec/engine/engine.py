@@ -54,10 +54,10 @@ class EngineInfo:
     """The numerics mode the target runs in (types.NUMERICS_MODES)."""
 
 
-def _load(spec: ModelSpec, n_seq: int = 1) -> ModelBackend:
+def _load(spec: ModelSpec, n_seq: int = 1, kv_unified: bool | None = None) -> ModelBackend:
     from localspec.engine.llama.backend import LlamaCppBackend
 
-    return LlamaCppBackend(spec, n_seq=n_seq)
+    return LlamaCppBackend(spec, n_seq=n_seq, kv_unified=kv_unified)
 
 
 def _load_features(spec: ModelSpec, target: ModelBackend) -> FeatureDraftModel:
@@ -109,7 +109,11 @@ class Engine:
         self.target: ModelBackend = _load(target, parallel) if isinstance(target, ModelSpec) else target
         self._features: FeatureDraftModel | None = None
         try:
-            self.draft: ModelBackend | None = _load(draft, parallel) if isinstance(draft, ModelSpec) else draft
+            # the draft model decodes one sequence per call: a KV stream of its own per sequence
+            # costs nothing and keeps its drafts (so a seeded request's output) independent of
+            # the other sequences in the batch
+            self.draft: ModelBackend | None = (
+                _load(draft, parallel, kv_unified=False) if isinstance(draft, ModelSpec) else draft)
             if hidden is not None:
                 self._features = _load_features(hidden[1], self.target)
         except BaseException:

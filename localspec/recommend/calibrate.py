@@ -93,6 +93,10 @@ def calibrate(
     try:
         plain = _run(engine, GenerationRequest(messages=messages, max_tokens=max_tokens, temperature=0.0, seed=0,
                                                drafter="none", gamma=0))
+        # the draft model evaluates a prompt at its first draft (lazily): one short request
+        # first, so the measured run's draft time is drafting, as the target's is decoding
+        _run(engine, GenerationRequest(messages=messages, max_tokens=2, temperature=0.0, seed=0,
+                                       drafter="model", gamma=1))
         spec = _run(engine, GenerationRequest(messages=messages, max_tokens=max_tokens, temperature=0.0, seed=0,
                                               drafter="model", gamma=gamma))
     finally:

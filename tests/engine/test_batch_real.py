@@ -34,6 +34,7 @@ def engines(qwen_target_path: Path, qwen_draft_path: Path) -> Iterator[tuple[Eng
         # with the single engine, which is not, so the warm-up must leave nothing behind
         assert batched.warm_up() and batched.target.n_past == 0 and batched.draft is not None
         assert batched.draft.n_past == 0 and batched._policy_states[True].draft_cost("model").known
+        assert not batched.draft.kv_unified  # a KV stream per sequence: drafts as alone
         yield single, batched
     finally:
         batched.close()

@@ -265,7 +265,9 @@ def test_calibrate_drives_the_engine_api_with_a_fake() -> None:
 
     m = calibrate("t.gguf", "d.gguf", task="code", gamma=3, max_tokens=64, engine_factory=FakeEngine)
     assert calls[0] == ("init", "t.gguf", "d.gguf")
-    assert calls[1] == ("generate", "none", 0, 0.0) and calls[2] == ("generate", "model", 3, 0.0)
+    # plain, then one short model request (the draft model's lazy prompt prefill), then the measured one
+    assert calls[1] == ("generate", "none", 0, 0.0) and calls[2] == ("generate", "model", 1, 0.0)
+    assert calls[3] == ("generate", "model", 3, 0.0)
     assert calls[-1] == ("close",)
     assert m.alpha == pytest.approx(45 / 53) and m.c == pytest.approx(0.1) and m.gamma == 3
 

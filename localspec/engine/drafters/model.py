@@ -76,8 +76,16 @@ class ModelDrafter:
         log.clear()
         if b.n_past >= len(context):
             b.truncate(len(context) - 1)
-        t0 = b.t_decode_s
         pending = context[b.n_past :]
+        if len(pending) > 2:
+            # a prompt's catch-up (lazy begin): its rows go in one batch, the last token alone,
+            # as plain decoding evaluates it — in the drafter's fast numerics a large batch's
+            # last row differs from a one-row call, and the first draft should not
+            t0 = b.t_decode_s
+            b.decode(pending[:-1])
+            log.append((len(pending) - 1, b.t_decode_s - t0))
+            pending = pending[-1:]
+        t0 = b.t_decode_s
         row = b.decode(pending)[-1, : self.n_vocab]  # [V] view
         log.append((len(pending), b.t_decode_s - t0))
         tokens: list[int] = []

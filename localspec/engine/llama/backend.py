@@ -156,8 +156,11 @@ class LlamaCppBackend:
 
     def __init__(
         self, spec: ModelSpec, *, n_outputs_max: int = 64, rs_snapshots: int = RS_SNAPSHOTS, checkpoint: bool = True,
-        n_seq: int = 1,
+        n_seq: int = 1, kv_unified: bool | None = None,
     ) -> None:
+        """`kv_unified`: share one KV cache between the sequences (None: in fast numerics only;
+        False for a model decoded one sequence per call, whose rows then never depend on the
+        other sequences, whatever its numerics)."""
         if not os.path.isfile(spec.path):
             raise ModelNotFoundError(
                 f"model file not found: {spec.path}. See `localspec models list`, or "
@@ -213,7 +216,7 @@ class LlamaCppBackend:
         # ubatches of equal rows per consecutive sequence ids; fast numerics share one unified
         # cache (one ubatch per batch, but a sequence's attention sums then group its cells
         # among the others', so its logits can change in the last bits with the batch)
-        self.kv_unified = self.n_seq > 1 and self.numerics == "fast"
+        self.kv_unified = self.n_seq > 1 and (self.numerics == "fast" if kv_unified is None else kv_unified)
         """One KV cache shared by the sequences (else one stream each; see `sequence`)."""
         cparams.kv_unified = self.kv_unified
         cparams.n_threads = n_threads
