@@ -56,8 +56,10 @@ def test_tool_call_whole_and_streamed(make_server) -> None:  # type: ignore[no-u
         reason = chunk.choices[0].finish_reason or reason
     assert (content.strip(), names, reason) == ("Checking.", "get_weather", "tool_calls")
     assert args == msg.tool_calls[0].function.arguments
-    # the fake engine emits a few tokens per step: the arguments arrive in several deltas
-    assert n_arg_chunks > 1
+    # how many deltas carry the arguments depends on how the engine's bursts meet the event
+    # loop (a fast fake engine may finish before the first chunk is sent): at least one does;
+    # the parser's incremental output is tested in test_tools.py
+    assert n_arg_chunks >= 1
 
 
 def test_forced_call_overrides_what_the_model_would_say(make_server) -> None:  # type: ignore[no-untyped-def]

@@ -56,6 +56,18 @@ def test_streamed_deltas_add_up_to_the_whole_reply(step: int) -> None:
     assert [args[0], args[1]] == [c["function"]["arguments"] for c in calls]
 
 
+def test_arguments_stream_as_they_are_written_not_at_the_calls_end() -> None:
+    """Fed a few characters at a time, the parser hands out argument text before the call
+    closes: a client sees the arguments grow."""
+    parser = ToolCallParser(HERMES)
+    head, tail = REPLY.split('"opts"', 1)
+    seen = [e for i in range(0, len(head), 3) for e in parser.feed(head[i : i + 3])]
+    partial = "".join(e[2] for e in seen if e[0] == "args" and e[1] == 0)
+    assert partial and sum(e[0] == "args" for e in seen) > 1
+    _, calls = parse_reply(HERMES, REPLY)
+    assert calls[0]["function"]["arguments"].startswith(partial)
+
+
 def test_text_that_is_not_a_call_stays_content() -> None:
     for text in ("a < b and <tool_c", "x <tool_call>not json</tool_call> y"):
         assert parse_reply(HERMES, text) == (text, [])
