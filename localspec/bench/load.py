@@ -8,9 +8,14 @@ the built-in set, each client its own). Measured per (P, D, C): aggregate comple
 per second over the level's wall time, per-request latency (median, p90) and mean time to
 first token (streamed), and the server's own `speculative` summary (mean γ, mean batch).
 
-Configurations run one after another in one process (the machine's drift is shared by
-all of them); the report gives every level's ratio to the one-at-a-time server without
-speculation (`P=1, none`), measured in the same run.
+Side by side: every configuration's server is started first (all held in memory at once),
+then each concurrency level runs on every server in turn, the order rotating from level to
+level and repeat to repeat, so the machine's drift (another process, thermal state) falls on
+all of them alike; a server measured minutes after another on a shared 2-core machine can
+differ by 10 % for nothing. `--repeat R` runs every level R times (each repeat its own
+prompts, the same for every server) and pools them. `sequential=True` (when the servers do
+not fit in memory together) runs one configuration after another instead. The report gives
+every level's ratio to the one-at-a-time server without speculation (`P=1, none`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,19 @@ class LevelResult:
     mean_gamma: float = 0.0
     mean_batch: float = 0.0
     mean_al: float = 0.0
+
+    def add(self, other: LevelResult) -> None:
+        """Pool another repeat of the same level into this one."""
+        n0, n1 = self.requests, other.requests
+        w = n0 + n1 or 1
+        self.mean_gamma = (self.mean_gamma * n0 + other.mean_gamma * n1) / w
+        self.mean_batch = (self.mean_batch * n0 + other.mean_batch * n1) / w
+        self.mean_al = (self.mean_al * n0 + other.mean_al * n1) / w
+        self.requests += n1
+        self.completion_tokens += other.completion_tokens
+        self.wall_s += other.wall_s
+        self.latencies_s += other.latencies_s
+        self.ttft_s += other.ttft_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -136,13 +154,15 @@ async def _client(client: Any, model: str, prompts: list[str], max_tokens: int, 
 
 
 async def run_level(base_url: str, concurrency: int, prompts: list[str], per_client: int, max_tokens: int,
-                    temperature: float) -> tuple[float, list[tuple[float, float | None, int, dict[str, Any]]]]:
-    """C clients, each sending `per_client` requests back to back; (wall seconds, results)."""
+                    temperature: float, offset: int = 0) -> tuple[float, list[tuple[float, float | None, int, dict[str, Any]]]]:
+    """C clients, each sending `per_client` requests back to back, from prompt `offset` on;
+    (wall seconds, results)."""
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=3600)
     out: list[tuple[float, float | None, int, dict[str, Any]]] = []
-    shares = [[prompts[(c * per_client + i) % len(prompts)] for i in range(per_client)] for c in range(concurrency)]
+    shares = [[prompts[(offset + c * per_client + i) % len(prompts)] for i in range(per_client)]
+              for c in range(concurrency)]
     t0 = time.perf_counter()
     try:
         await asyncio.gather(*(_client(client, "local", s, max_tokens, temperature, out) for s in shares))
@@ -151,38 +171,66 @@ async def run_level(base_url: str, concurrency: int, prompts: list[str], per_cli
     return time.perf_counter() - t0, out
 
 
+def _level(server: ServerProcess, key: tuple[int, str], c: int, prompts: list[str], per_client: int,
+           max_tokens: int, temperature: float, offset: int) -> LevelResult:
+    wall, out = asyncio.run(run_level(server.base_url, c, prompts, per_client, max_tokens, temperature, offset))
+    specs = [s for *_, s in out if s]
+
+    def mean(name: str) -> float:
+        return statistics.fmean(float(s.get(name, 0.0)) for s in specs) if specs else 0.0
+
+    return LevelResult(key[0], key[1], c, len(out), sum(n for _, _, n, _ in out), wall,
+                       [lat for lat, *_ in out], [t for _, t, _, _ in out if t is not None],
+                       mean("mean_gamma"), mean("mean_batch_size"), mean("mean_acceptance_length"))
+
+
+def schedule(keys: Sequence[tuple[int, str]], concurrencies: Sequence[int], repeats: int,
+             sequential: bool = False) -> list[tuple[int, int, tuple[int, str]]]:
+    """(repeat, concurrency, server) in the order they run. Side by side, each (repeat, C)
+    runs every server, the first one rotating so that no server is always first (or last)."""
+    if sequential:
+        return [(r, c, k) for k in keys for r in range(repeats) for c in concurrencies]
+    plan = []
+    for r in range(repeats):
+        for i, c in enumerate(concurrencies):
+            shift = (r * len(concurrencies) + i) % len(keys)
+            plan += [(r, c, k) for k in [*keys[shift:], *keys[:shift]]]
+    return plan
+
+
 def bench_load(serve_args: Sequence[str], parallels: Sequence[int], drafters: Sequence[str],
                concurrencies: Sequence[int], *, max_tokens: int = 64, per_client: int = 2, temperature: float = 0.0,
-               warmup: int = 1, log_path: str | None = None,
+               warmup: int = 1, repeats: int = 1, sequential: bool = False, log_path: str | None = None,
                progress: Callable[[str], None] = lambda _: None) -> list[LevelResult]:
     """Every (parallel, drafter) server at every concurrency; see the module docstring."""
     prompts = [p.turns[0] for p in load_builtin().prompts]
-    results: list[LevelResult] = []
-    for parallel in parallels:
-        for drafter in drafters:
-            progress(f"starting the server: --parallel {parallel} --drafter {drafter}")
-            server = ServerProcess(serve_args, parallel, drafter, log_path)
-            try:
+    keys = [(p, d) for p in parallels for d in drafters]
+    pooled: dict[tuple[int, str, int], LevelResult] = {}
+    servers: dict[tuple[int, str], ServerProcess] = {}
+    plan = schedule(keys, concurrencies, repeats, sequential)
+    try:
+        for step, (r, c, key) in enumerate(plan):
+            if key not in servers:
+                progress(f"starting the server: --parallel {key[0]} --drafter {key[1]}")
+                server = servers[key] = ServerProcess(serve_args, key[0], key[1], log_path)
                 server.wait_ready()
                 if warmup:  # load-time effects (first decode, kernel choice) stay out of the numbers
                     asyncio.run(run_level(server.base_url, 1, prompts[-1:], warmup, 16, temperature))
-                for c in concurrencies:
-                    wall, out = asyncio.run(run_level(server.base_url, c, prompts, per_client, max_tokens, temperature))
-                    specs = [s for *_, s in out if s]
-                    res = LevelResult(
-                        parallel, drafter, c, len(out), sum(n for _, _, n, _ in out), wall,
-                        [lat for lat, *_ in out], [t for _, t, _, _ in out if t is not None],
-                        statistics.fmean(float(s.get("mean_gamma", 0.0)) for s in specs) if specs else 0.0,
-                        statistics.fmean(float(s.get("mean_batch_size", 0.0)) for s in specs) if specs else 0.0,
-                        statistics.fmean(float(s.get("mean_acceptance_length", 0.0)) for s in specs) if specs else 0.0,
-                    )
-                    results.append(res)
-                    progress(f"P={parallel} {drafter:<8} C={c}: {res.tokens_per_s:7.2f} tok/s "
-                             f"({res.completion_tokens} tokens in {wall:.1f} s), mean batch {res.mean_batch:.2f}, "
-                             f"mean γ {res.mean_gamma:.2f}")
-            finally:
-                server.stop()
-    return results
+            res = _level(servers[key], key, c, prompts, per_client, max_tokens, temperature,
+                         offset=r * max(concurrencies) * per_client)
+            progress(f"repeat {r + 1} P={key[0]} {key[1]:<8} C={c}: {res.tokens_per_s:7.2f} tok/s "
+                     f"({res.completion_tokens} tokens in {res.wall_s:.1f} s), mean batch {res.mean_batch:.2f}, "
+                     f"mean γ {res.mean_gamma:.2f}")
+            if (*key, c) in pooled:
+                pooled[(*key, c)].add(res)
+            else:
+                pooled[(*key, c)] = res
+            if sequential and all(k != key for _, _, k in plan[step + 1 :]):
+                servers.pop(key).stop()  # one configuration in memory at a time
+    finally:
+        for server in servers.values():
+            server.stop()
+    return [pooled[(*k, c)] for k in keys for c in concurrencies if (*k, c) in pooled]
 
 
 def table(results: Sequence[LevelResult]) -> str:

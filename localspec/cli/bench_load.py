@@ -15,6 +15,7 @@ from localspec.cli import _options as opt
 BENCH_LOAD_EXAMPLES = [
     "localspec bench load                                   # --parallel 1,4 × none,adaptive at 1,2,4,8 clients",
     "localspec bench load --parallel 1,2,4,8 --drafters none,ngram,adaptive -n 128 --json load.json",
+    "localspec bench load --parallel 1,4 --concurrency 1,2,4 --repeat 3     # pooled over 3 rotations",
     "localspec bench load -m target.gguf -md draft.gguf -ngl 99 -ngld 99 --concurrency 1,4,16",
 ]
 
@@ -37,6 +38,8 @@ def bench_load_command(
     concurrency: Annotated[str, typer.Option("--concurrency", help="Concurrent clients, comma-separated.")] = "1,2,4,8",
     per_client: Annotated[int, typer.Option("--requests-per-client", min=1, help="Requests each client sends back to back per level.")] = 2,
     max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", min=1, help="max_tokens of every request.")] = 64,
+    repeats: Annotated[int, typer.Option("--repeat", min=1, help="Run every level this many times (new prompts each time) and pool them.")] = 1,
+    sequential: Annotated[bool, typer.Option("--sequential", help="One server in memory at a time (when they do not fit together); the default runs them side by side, level by level.")] = False,
     temp: Annotated[float, typer.Option("--temp", min=0.0, help="temperature of every request (0 = greedy).")] = 0.0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write every level's numbers here.")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write the table as markdown here.")] = None,
@@ -64,7 +67,8 @@ def bench_load_command(
         raise typer.BadParameter(f"choose from none, adaptive, model, ngram (got {drafters!r})", param_hint="--drafters")
     results = bench_load(
         serve_args, _ints(parallel, "--parallel"), drafter_names, _ints(concurrency, "--concurrency"),
-        max_tokens=max_tokens, per_client=per_client, temperature=temp, log_path=str(log) if log else None,
+        max_tokens=max_tokens, per_client=per_client, temperature=temp, repeats=repeats,
+        sequential=sequential, log_path=str(log) if log else None,
         progress=lambda line: typer.echo(line, err=True),
     )
     text = table(results)
