@@ -249,7 +249,7 @@ class BatchRunner:
             chunks.append((job, n))
         decoding = [j for j in jobs if not j.prefilling]
         planned: list[_Job] = []
-        rows = sum(len(p[1]) for p in parts)
+        rows = prefill_rows = sum(len(p[1]) for p in parts)
         undecided = len(decoding)
         tokens_decided = 0.0
         for job in decoding:
@@ -261,7 +261,11 @@ class BatchRunner:
                 if isinstance(k_cap, TokenEvent):
                     self._end(job, k_cap)
                     continue
-                verify = loop.plan(k_cap, batch_rows=rows + undecided, batch_tokens=tokens_decided + undecided)
+                # the policy sees the other sequences' verify rows, not the prompt chunks: a
+                # chunk is work the step does anyway, and counted in the step's time it makes
+                # drafting look cheap (a 128-row chunk "hid" a draft model's 1 s catch-up)
+                verify = loop.plan(k_cap, batch_rows=rows - prefill_rows + undecided,
+                                   batch_tokens=tokens_decided + undecided)
             except BaseException as exc:
                 self._end(job, exc)
                 continue

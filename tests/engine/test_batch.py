@@ -94,6 +94,39 @@ def test_long_prompts_prefill_in_chunks_beside_the_others() -> None:
         engine.close()
 
 
+def test_the_policy_prices_drafts_against_the_verify_rows_not_the_prompt_chunks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt chunk rides in the same call as the other sequences' verify rows, but it is
+    work the step does anyway: counted in the batch the policy weighs, it makes any drafting
+    look cheap beside it (measured: a draft model's 1 s prompt catch-up chosen beside a
+    128-row chunk). The policy is told the verify rows of the others only."""
+    from localspec.engine.loop import StepLoop
+
+    seen: list[int] = []
+    plan = StepLoop.plan
+
+    def spy(self, k_cap, *, batch_rows=0, batch_tokens=0.0):  # type: ignore[no-untyped-def]
+        seen.append(batch_rows)
+        return plan(self, k_cap, batch_rows=batch_rows, batch_tokens=batch_tokens)
+
+    monkeypatch.setattr(StepLoop, "plan", spy)
+    engine = Engine(FakeBackend(SCRIPT, n_seq=2, decode_delay_s=0.001),  # type: ignore[arg-type]
+                    FakeBackend(SCRIPT, error_rate=0.25, seed=3, n_seq=2), check_invariants=True,  # type: ignore[arg-type]
+                    parallel=2, prefill_chunk=16)
+    try:
+        long_prompt = "The quick brown fox jumps over the lazy dog. Then it runs home and sleeps."
+        reqs = [request("The quick", max_tokens=40, gamma=2), request(long_prompt, max_tokens=5, gamma=2)]
+        texts, _ = run_together(engine, reqs)
+        assert texts == alone(reqs)
+        target = engine.target
+        assert isinstance(target, FakeBackend)
+        # the long prompt really was prefilled in 16-row chunks beside the other's verify rows
+        assert any(sorted(rows for _, rows in parts)[-1] == 16 and len(parts) == 2 for parts in target.batches)
+        assert seen and max(seen) <= 3  # the other sequence's [last, d1, d2] at most
+    finally:
+        engine.close()
+
+
 def test_requests_beyond_the_slots_wait_and_then_join() -> None:
     engine = make_engine(2, decode_delay_s=0.001)
     try:
