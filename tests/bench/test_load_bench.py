@@ -1,5 +1,5 @@
 """`localspec bench load`: the side-by-side schedule, pooling of repeats, and a real run of
-two real servers (SmolLM2, `--drafter none` and `ngram`) under the official client."""
+four real servers (SmolLM2, `--parallel 1,2` × `--drafter none,ngram`) under the official client."""
 
 from __future__ import annotations
 
