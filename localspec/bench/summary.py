@@ -27,13 +27,32 @@ def _per_prompt(samples: Sequence[Sample]) -> list[tuple[int, int]]:
     return [(a, n) for a, n in acc.values()]
 
 
-def _arm_summary(samples: Sequence[Sample], plain_tps: float | None, seed: int) -> dict[str, Any]:
+def _speed_per_prompt(samples: Sequence[Sample]) -> dict[str, tuple[float, float]]:
+    """(generated tokens, generation seconds) per prompt, its turns summed."""
+    out: dict[str, tuple[float, float]] = {}
+    for s in samples:
+        tokens, seconds = out.get(s.question_id, (0.0, 0.0))
+        out[s.question_id] = (tokens + float(s.stats["num_generated_tokens"]), seconds + float(s.stats["t_generate_s"]))
+    return out
+
+
+def _speedup_ci(samples: Sequence[Sample], plain: Sequence[Sample], seed: int) -> tuple[float, float] | None:
+    """Paired bootstrap CI of the speedup over the prompts both arms measured."""
+    arm, base = _speed_per_prompt(samples), _speed_per_prompt(plain)
+    return est.speedup_bootstrap([(*arm[q], *base[q]) for q in arm if q in base], seed=seed)
+
+
+def _arm_summary(
+    samples: Sequence[Sample], plain_tps: float | None, seed: int, plain: Sequence[Sample] = ()
+) -> dict[str, Any]:
     pooled = est.pool_stats(s.stats for s in samples)
     per_prompt = _per_prompt(samples)
     ci = est.al_bootstrap(per_prompt, seed=seed)
+    sci = _speedup_ci(samples, plain, seed) if plain and plain_tps else None
     pooled.update(
         num_prompts=len(per_prompt),
         al_ci95=list(ci) if ci else None,
+        speedup_ci95=list(sci) if sci else None,
         al_split_half_diff=est.al_split_half(per_prompt),
         al_step_se=est.al_step_se(pooled["accepted_per_position"], pooled["num_steps"]),
         speedup=pooled["tokens_per_s"] / plain_tps if plain_tps else None,
@@ -106,7 +125,7 @@ def summarize(samples: Sequence[Sample], config: BenchConfig) -> dict[str, Any]:
             plain = by_arm.get("plain") or []
             plain_tps = est.pool_stats(s.stats for s in plain)["tokens_per_s"] if plain else None
             arms = {
-                k: _arm_summary(v, plain_tps, config.seed) for k, v in by_arm.items() if v
+                k: _arm_summary(v, plain_tps, config.seed, plain) for k, v in by_arm.items() if v
             }
             estimates = {
                 d: e for d in fixed_drafters

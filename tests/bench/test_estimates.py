@@ -110,3 +110,16 @@ def test_ratio_bootstrap_pools_numerators_and_denominators() -> None:
     assert est.ratio_bootstrap([(1, 2)]) is None
     lo, hi = est.ratio_bootstrap([(0, 10), (10, 10), (5, 10)], seed=2) or (0, 0)
     assert 0.0 <= lo < 0.5 < hi <= 1.0
+
+
+def test_speedup_bootstrap_pairs_each_prompt_with_its_plain_run() -> None:
+    # every prompt 2× as fast as its plain run, prompts of very different speed: the pairs
+    # cancel the prompts' own speed, so the interval is the point
+    same = [(64, 2.0, 64, 4.0), (64, 8.0, 64, 16.0), (32, 0.5, 32, 1.0)]
+    assert est.speedup_bootstrap(same) == pytest.approx((2.0, 2.0))
+    assert est.speedup_bootstrap(same[:1]) is None
+    # noisy pairs: the interval holds the pooled ratio and is wider than a point
+    noisy = [(64, 4.0, 64, 4.4), (64, 4.0, 64, 3.8), (64, 4.2, 64, 4.0), (64, 3.9, 64, 4.1)]
+    pooled = (256 / 16.1) / (256 / 16.3)
+    lo, hi = est.speedup_bootstrap(noisy, seed=1) or (0.0, 0.0)
+    assert lo < pooled < hi and hi - lo > 0.02

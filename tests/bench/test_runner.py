@@ -101,6 +101,9 @@ def test_summary_counts_add_up(spy_run: tuple[SpyEngine, Any]) -> None:
             assert arm["num_steps"] == sum(s["num_steps"] for s in mine)
             assert arm["num_output_tokens"] == arm["num_accepted_tokens"] + arm["num_steps"]
             assert arm["al"] == pytest.approx(1 + arm["num_accepted_tokens"] / arm["num_steps"])
+            if key != "plain":  # the paired CI of the speedup holds the pooled speedup
+                lo, hi = arm["speedup_ci95"]
+                assert lo <= arm["speedup"] <= hi
         est = cats[ALL]["estimates"]["model"]
         assert 0.0 < est["alpha"] <= 1.0 and est["c"] is not None and set(est["b"]) == {"1", "3"}
         assert est["measured_best_gamma"] in (0, 1, 3)
