@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from localspec import theory
 
@@ -150,21 +151,31 @@ def al_step_se(accepted_per_position: Sequence[int], num_steps: int) -> float:
     return math.sqrt(var / num_steps)
 
 
+def _resampled_sums(
+    per_prompt: Sequence[Sequence[float]], n_boot: int, seed: int
+) -> npt.NDArray[np.float64] | None:
+    """Column sums over prompts resampled with replacement, [n_boot, columns]; None with
+    fewer than 2 prompts (no interval to speak of)."""
+    if len(per_prompt) < 2:
+        return None
+    arr = np.asarray(per_prompt, dtype=float)  # [n_prompts, columns]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(arr), size=(n_boot, len(arr)))
+    return np.stack([arr[idx, j].sum(axis=1) for j in range(arr.shape[1])], axis=1)
+
+
+def _ci95(values: npt.NDArray[np.float64]) -> tuple[float, float]:
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def al_bootstrap(
     per_prompt: Sequence[tuple[int, int]], n_boot: int = 2000, seed: int = 0
 ) -> tuple[float, float] | None:
     """95 % percentile CI of AL = 1 + Σ accepted / Σ steps, resampling prompts.
     `per_prompt` = (accepted, steps) per prompt; None with fewer than 2 prompts."""
-    if len(per_prompt) < 2:
-        return None
-    arr = np.asarray(per_prompt, dtype=float)  # [n_prompts, 2]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(n_boot, len(arr)))
-    acc = arr[idx, 0].sum(axis=1)
-    steps = arr[idx, 1].sum(axis=1)
-    al = 1.0 + acc / np.maximum(steps, 1.0)
-    lo, hi = np.percentile(al, [2.5, 97.5])
-    return float(lo), float(hi)
+    s = _resampled_sums(per_prompt, n_boot, seed)
+    return None if s is None else _ci95(1.0 + s[:, 0] / np.maximum(s[:, 1], 1.0))
 
 
 def ratio_bootstrap(
@@ -172,15 +183,10 @@ def ratio_bootstrap(
 ) -> tuple[float, float] | None:
     """95 % percentile CI of Σ num / Σ den over prompts resampled with replacement
     (for α: per-prompt (successes, trials)); None with fewer than 2 prompts."""
-    if len(per_prompt) < 2:
+    s = _resampled_sums(per_prompt, n_boot, seed)
+    if s is None:
         return None
-    arr = np.asarray(per_prompt, dtype=float)  # [n_prompts, 2]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(n_boot, len(arr)))
-    den = arr[idx, 1].sum(axis=1)
-    ratio = np.where(den > 0, arr[idx, 0].sum(axis=1) / np.maximum(den, 1e-12), 0.0)
-    lo, hi = np.percentile(ratio, [2.5, 97.5])
-    return float(lo), float(hi)
+    return _ci95(np.where(s[:, 1] > 0, s[:, 0] / np.maximum(s[:, 1], 1e-12), 0.0))
 
 
 def speedup_bootstrap(
@@ -192,17 +198,12 @@ def speedup_bootstrap(
     how the two runs of it differ (the machine's noise, the arm's own variation).
     `per_prompt` = (arm tokens, arm seconds, plain tokens, plain seconds); None with fewer
     than 2 prompts."""
-    if len(per_prompt) < 2:
+    s = _resampled_sums(per_prompt, n_boot, seed)
+    if s is None:
         return None
-    arr = np.asarray(per_prompt, dtype=float)  # [n_prompts, 4]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(n_boot, len(arr)))
-    s = arr[idx].sum(axis=1)  # [n_boot, 4]
     arm = s[:, 0] / np.maximum(s[:, 1], 1e-12)
     plain = s[:, 2] / np.maximum(s[:, 3], 1e-12)
-    ratio = np.where(plain > 0, arm / np.maximum(plain, 1e-12), 0.0)
-    lo, hi = np.percentile(ratio, [2.5, 97.5])
-    return float(lo), float(hi)
+    return _ci95(np.where(plain > 0, arm / np.maximum(plain, 1e-12), 0.0))
 
 
 def al_split_half(per_prompt: Sequence[tuple[int, int]]) -> float | None:

@@ -185,9 +185,12 @@ def markdown_tables(report: dict[str, Any]) -> str:
             cells = [_f(p["tokens_per_s"], ".1f") if p else "–"]
             for k in shown:
                 s = b["arms"].get(k)
-                ci = s.get("speedup_ci95") if s else None
-                cells.append(f"{_f(s['tokens_per_s'], '.1f')} ({_f(s['speedup'])}×"
-                             + (f" [{_f(ci[0])}, {_f(ci[1])}]" if ci else "") + ")" if s else "–")
+                if not s:
+                    cells.append("–")
+                    continue
+                ci = s.get("speedup_ci95")
+                interval = f" [{_f(ci[0])}, {_f(ci[1])}]" if ci else ""
+                cells.append(f"{_f(s['tokens_per_s'], '.1f')} ({_f(s['speedup'])}×{interval})")
             lines.append(f"| {'**all**' if cat == ALL else cat} | " + " | ".join(cells) + " |")
         for d in drafters:
             gam = cfg["gammas"]

@@ -18,35 +18,29 @@ def temp_key(t: float) -> str:
     return f"{t:g}"
 
 
-def _per_prompt(samples: Sequence[Sample]) -> list[tuple[int, int]]:
-    acc: dict[str, list[int]] = {}
+def _per_prompt(samples: Sequence[Sample], *fields: str) -> dict[str, list[float]]:
+    """Per prompt, the sums of these stats fields over its turns."""
+    out: dict[str, list[float]] = {}
     for s in samples:
-        row = acc.setdefault(s.question_id, [0, 0])
-        row[0] += int(s.stats["num_accepted_tokens"])
-        row[1] += int(s.stats["num_steps"])
-    return [(a, n) for a, n in acc.values()]
-
-
-def _speed_per_prompt(samples: Sequence[Sample]) -> dict[str, tuple[float, float]]:
-    """(generated tokens, generation seconds) per prompt, its turns summed."""
-    out: dict[str, tuple[float, float]] = {}
-    for s in samples:
-        tokens, seconds = out.get(s.question_id, (0.0, 0.0))
-        out[s.question_id] = (tokens + float(s.stats["num_generated_tokens"]), seconds + float(s.stats["t_generate_s"]))
+        row = out.setdefault(s.question_id, [0.0] * len(fields))
+        for i, f in enumerate(fields):
+            row[i] += float(s.stats[f])
     return out
 
 
 def _speedup_ci(samples: Sequence[Sample], plain: Sequence[Sample], seed: int) -> tuple[float, float] | None:
     """Paired bootstrap CI of the speedup over the prompts both arms measured."""
-    arm, base = _speed_per_prompt(samples), _speed_per_prompt(plain)
-    return est.speedup_bootstrap([(*arm[q], *base[q]) for q in arm if q in base], seed=seed)
+    speed = ("num_generated_tokens", "t_generate_s")
+    arm, base = _per_prompt(samples, *speed), _per_prompt(plain, *speed)
+    pairs = [(arm[q][0], arm[q][1], base[q][0], base[q][1]) for q in arm if q in base]
+    return est.speedup_bootstrap(pairs, seed=seed)
 
 
 def _arm_summary(
     samples: Sequence[Sample], plain_tps: float | None, seed: int, plain: Sequence[Sample] = ()
 ) -> dict[str, Any]:
     pooled = est.pool_stats(s.stats for s in samples)
-    per_prompt = _per_prompt(samples)
+    per_prompt = [(int(a), int(n)) for a, n in _per_prompt(samples, "num_accepted_tokens", "num_steps").values()]
     ci = est.al_bootstrap(per_prompt, seed=seed)
     sci = _speedup_ci(samples, plain, seed) if plain and plain_tps else None
     pooled.update(
