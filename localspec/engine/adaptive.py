@@ -18,8 +18,16 @@ or the whole block comes from one call, and `prior_acceptance` seeds its estimat
 lookup (a `PromptLookupDrafter`) is the one kind treated apart: it drafts only where its
 index matches, and its acceptance is tracked per matched suffix length.
 
-Exploration. Estimates only change for a drafter that is used, so a drafter whose prior
-looks worse than plain decoding would never be tried. The policy therefore makes *trials* of
+Prompt lookup's shadow drafts. On a step that does not use prompt lookup but where its
+index matches, the policy keeps the guesses and checks them against the tokens the step and
+the next ones commit. A prompt-lookup draft carries no q, so a verify would accept each
+guess with the probability that the target emits it there: the guesses the committed tokens
+confirm are distributed as the drafts a verify would have accepted, at T = 0 and when
+sampling. Its acceptance is therefore learned on every step with a match, at no cost, and
+on a CPU whose verify batches cost about what short drafts save, it is not tried blind.
+
+Exploration. Estimates of the other drafters only change when they are used, so a drafter
+whose prior looks worse than plain decoding would never be tried. The policy therefore makes *trials* of
 a drafter that is not the best choice but could be at the optimistic end of its estimate
 (UPPER_SDS standard deviations up): its option with the least expected cost over the best
 choice (its regret), prompt lookup only where a match exists. Trials are paid from a budget
@@ -28,8 +36,10 @@ costs more than that share; a trial that did at least as well as expected is fol
 another at the next chance, one that did worse waits TRIAL_BACKOFF times longer. The debt
 stops at MAX_DEBT_STEPS plain steps: a trial that ran while another process hogged the
 machine must not use up the budget for thousands of steps. Prompt
-lookup costs nothing to draft, so its trial costs only the larger verify batch: on a GPU it
-is tried at its first match, on a CPU within a few steps. The model drafter's trial also
+lookup's trials bet on its cost alone (its acceptance is known from the shadow drafts): where
+the verify cost of a size is LOADED times the lowest it ever had (measured while another
+process loaded the machine) and a draft would pay at that lowest cost, the cheapest such
+draft is made, to measure it again. The model drafter's trial also
 pays its catch-up over the skipped tokens, so on a CPU it is tried early in a request or not
 at all.
 
@@ -55,6 +65,9 @@ EXPLORE_BUDGET = 0.02
 MAX_TRIAL_INTERVAL = 512
 MAX_DEBT_STEPS = 3.0
 """The most the exploration budget can owe, in plain steps (see `observe`)."""
+LOADED = 1.5
+"""A verify batch size whose running cost ratio is this many times the lowest it had is
+taken as measured under another load (prompt lookup's trials measure it again)."""
 TRIAL_BACKOFF = 1.5
 """Growth of the wait between trials after one that did worse than expected."""
 NGRAM_PRIOR = 0.5
@@ -62,6 +75,10 @@ NGRAM_PRIOR = 0.5
 the estimate for one n starts from what the other lengths showed (each observation counted
 once). Other drafters bring their own prior (`Drafter.prior_acceptance`)."""
 NGRAM_KEYS = ("ngram2", "ngram3", "ngram4")
+SHADOW_GUESSES = 4
+"""Guesses kept of a prompt-lookup draft checked on a step that did not use it: a shadow is
+decided within this many tokens, so the estimate follows the text with little lag (later
+positions share one estimate: deeper guesses would add little)."""
 FORGET_EVIDENCE = 1.0
 FORGET_MARGIN = 0.3
 """Prompt lookup's acceptance carried over from earlier requests is forgotten, but for
@@ -179,6 +196,9 @@ class AdaptivePolicy:
         """(drafter, expected accepted drafts, the best choice's tokens/s, expected regret
         in seconds, the batch's other expected tokens) of a trial in flight."""
         self._batch = (0, 0.0)
+        self._shadows: list[tuple[str, int, tuple[int, ...]]] = []
+        """Prompt lookup's drafts on steps that did not use it, waiting for the tokens they
+        guessed: (acceptance key, context position of the first guess, the guesses)."""
         self.expected_tokens = 1.0
         """Expected tokens of the step last chosen (what a batch driver tells the others)."""
         self.split_batches = False
@@ -203,14 +223,16 @@ class AdaptivePolicy:
         return f"ngram{min(max(n, 2), 4)}"
 
     # -- predictions -------------------------------------------------------------------
-    def _seconds(self, drafter: str, k: int) -> float:
+    def _seconds(self, drafter: str, k: int, low: bool = False) -> float:
+        """Predicted seconds of a step drafting k tokens (`low`: at the lowest verify costs
+        ever measured, see `BatchCost.ratio`)."""
         s = self.state
         base = self._batch[0]
         if base and k and self.split_batches:
             # llama.cpp evaluates rows beyond the other sequences' in a ubatch of their own
-            t = s.verify.predict(base + 1) + s.verify.predict(k) + s.overhead
+            t = s.verify.predict(base + 1, low) + s.verify.predict(k, low) + s.overhead
         else:
-            t = s.verify.predict(base + k + 1) + s.overhead
+            t = s.verify.predict(base + k + 1, low) + s.overhead
         d = self.costed.get(drafter)
         if d is not None and k > 0:
             cost = s.draft_cost(drafter)
@@ -220,6 +242,13 @@ class AdaptivePolicy:
         elif self.ngram is not None and drafter == self.ngram.name and k > 0:
             t += s.ngram_cost
         return t
+
+    def _loaded(self, k: int) -> bool:
+        """True when the verify batch of a k-token draft now costs LOADED times the least it
+        ever did: likely measured while another process loaded the machine."""
+        rows = self._batch[0] + k + 1
+        verify = self.state.verify
+        return verify.ratio(rows) > LOADED * verify.ratio(rows, low=True)
 
     def _rates(self, drafter: str, k: int, match_len: int = 0, upper: bool = False) -> list[float]:
         acc = self.acceptance
@@ -232,11 +261,13 @@ class AdaptivePolicy:
             return acc[key].upper(k, prior) if upper else acc[key].rates(k, prior)
         return acc[drafter].upper(k) if upper else acc[drafter].rates(k)
 
-    def _options(self, drafter: str, k_max: int, match_len: int = 0, upper: bool = False) -> list[_Option]:
-        """Options drafting 1..k_max tokens with `drafter` (`upper`: at optimistic acceptance)."""
+    def _options(self, drafter: str, k_max: int, match_len: int = 0, upper: bool = False,
+                 low: bool = False) -> list[_Option]:
+        """Options drafting 1..k_max tokens with `drafter` (`upper`: at optimistic acceptance;
+        `low`: at the lowest verify costs measured)."""
         rates = self._rates(drafter, k_max, match_len, upper)
         extra = self._batch[1]
-        return [_Option(drafter, k, expected_from_rates(rates[:k]), self._seconds(drafter, k), extra)
+        return [_Option(drafter, k, expected_from_rates(rates[:k]), self._seconds(drafter, k, low), extra)
                 for k in range(1, k_max + 1)]
 
     @staticmethod
@@ -256,6 +287,7 @@ class AdaptivePolicy:
         self.expected_tokens = 1.0
         self._steps += 1
         s = self.state
+        self._resolve_shadows()
         if k_cap <= 0 or not s.verify.known:
             return self._pick("none", 0)
         if self._batch[0] == 0 and s.verify.t1_stale:  # re-measure plain decoding's own cost
@@ -292,10 +324,17 @@ class AdaptivePolicy:
             tr = self._trials[name]
             if best.drafter == name or not available[name] or tr.since < tr.interval:
                 continue
-            hopes = self._options(name, len(cont) if name == lookup else k_cap, n, upper=True)
-            if max(o.rate for o in hopes) <= best.rate:
+            if name == lookup:
+                # its acceptance is known (shadow drafts): the hope is in a verify cost that
+                # was measured high (another process loaded the machine) and is lower now
+                hopes = [o for o in self._options(name, len(cont), n, low=True) if self._loaded(o.k)]
+            else:
+                hopes = self._options(name, k_cap, upper=True)
+            promising = {o.k for o in hopes if o.rate > best.rate}
+            if not promising:
                 continue  # even at the optimistic end of its estimate it would not be chosen
-            trial = min((o for o in options if o.drafter == name), key=lambda o: self._regret(o, best))
+            trial = min((o for o in options if o.drafter == name and (name != lookup or o.k in promising)),
+                        key=lambda o: self._regret(o, best))
             cost = self._regret(trial, best)
             # alone, the first trials may go one plain step into debt; in a batch a trial's
             # loss is every sequence's wait, so it must be paid for in full
@@ -311,7 +350,29 @@ class AdaptivePolicy:
                 best.drafter, best.k, best.rate, n, s.credit * 1e3,
             )
         self.expected_tokens = choice.tokens
+        if cont and choice.drafter != lookup:
+            self._shadows.append((self._ngram_key(n), len(self._context), tuple(cont[:SHADOW_GUESSES])))
         return self._pick(choice.drafter, choice.k)
+
+    def _resolve_shadows(self) -> None:
+        """Learn from prompt lookup's shadow drafts whose outcome the committed tokens now
+        decide. A draft carries no q, so the verify accepts its i-th token with the
+        probability p_i(d_i) that the target itself emits d_i there (one-hot rule; at T = 0,
+        when d_i is the argmax): the number of guesses the committed tokens match has the
+        distribution of the number a verify would have accepted. Prompt lookup's acceptance
+        is thus learned on every step with a match, for free, and it drafts only when that
+        pays at this machine's measured verify cost (its trials bet on the cost alone)."""
+        if not self._shadows:
+            return
+        context, pending = self._context, []
+        for key, start, guesses in self._shadows:
+            seen = context[start : start + len(guesses)]
+            hits = next((i for i, (g, t) in enumerate(zip(guesses, seen)) if g != t), len(seen))
+            if hits == len(seen) < len(guesses):
+                pending.append((key, start, guesses))  # every guess so far right, more to see
+            else:
+                self._learn(key, len(guesses), hits)
+        self._shadows = pending
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
         if name in self.costed:
@@ -353,14 +414,19 @@ class AdaptivePolicy:
         if is_lookup:
             s.ngram_cost = 0.8 * s.ngram_cost + 0.2 * t_draft_s if s.ngram_cost else t_draft_s
         key = self._ngram_key(self.ngram.last_match) if is_lookup and self.ngram is not None else drafter
-        if k > 0 and key in self.acceptance:
+        if k > 0:
+            self._learn(key, k, num_accepted)
+
+    def _learn(self, key: str, k: int, num_accepted: int) -> None:
+        """A draft of k tokens under acceptance `key` had its first `num_accepted` accepted."""
+        if key in self.acceptance:
             acc = self.acceptance[key]
             acc.observe(k, num_accepted)
             if key in NGRAM_KEYS and acc.forget_carried(FORGET_EVIDENCE, FORGET_MARGIN):
                 log.debug("%s: this request's drafts contradict the carried estimate, forgot it", key)
                 for other in NGRAM_KEYS:  # the matched lengths share the text
                     self.acceptance[other].forget_carried(FORGET_EVIDENCE, FORGET_MARGIN, force=True)
-            s.acceptance = self.acceptance
+            self.state.acceptance = self.acceptance
 
     def observe_overhead(self, seconds: float) -> None:
         """Per-step time outside draft and verify (acceptance, detokenizing, bookkeeping)."""

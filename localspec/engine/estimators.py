@@ -9,8 +9,9 @@
   extrapolated along the last measured segment (on a concave CPU curve that overestimates,
   so longer drafts are reached one measured size at a time, never by a guess; from one row,
   only the default slope per row, not the CPU's jump from one row to two). A size not
-  measured in the last STALE_CALLS calls is dropped, so costs measured while another process
-  loaded the machine expire instead of keeping speculation off for good.
+  measured in the last STALE_CALLS calls falls back to the lowest ratio it ever had, so
+  costs measured while another process loaded the machine expire instead of keeping
+  speculation off for good (and a steep CPU's known costs are not forgotten for a guess).
 - `Acceptance`: decayed per-position counts on a Beta prior; the first position and the
   later ones (pooled) are estimated apart, the later ones shrinking toward the first.
 """
@@ -30,12 +31,13 @@ UPPER_SDS = 2.0
 """Standard deviations above the estimate that `Acceptance.upper` reports."""
 MIN_OWN = 1
 STALE_CALLS = 200
+"""Target calls after which a batch size's running ratio gives way to the lowest one it ever
+had, unless measured again: a ratio measured while another process loaded the machine must
+not keep speculation off for good."""
 T1_REFRESH_CALLS = 64
 """A one-row time older than this many calls is stale: the policy takes a plain step to
 measure it again (a policy that always drafts would otherwise compare every draft against
 the one-row time of long ago, e.g. of the first calls, slowed by weights still paging in)."""
-"""Target calls after which a batch size's measured ratio is dropped unless measured again: a
-ratio measured while another process loaded the machine must not keep speculation off for good."""
 
 
 @dataclass
@@ -138,6 +140,9 @@ class BatchCost:
     """Batch size -> `_calls` when it was last measured."""
     _t1_call: int = 0
     """`_calls` at the last one-row measurement."""
+    _low: dict[int, float] = field(default_factory=dict)
+    """Batch size -> the lowest running ratio it ever had (never dropped): what it costs when
+    nothing else loads the machine, for deciding whether to measure it again."""
 
     @property
     def t1_stale(self) -> bool:
@@ -167,16 +172,21 @@ class BatchCost:
         self._seen[n] = self._calls
         self._w[n] = w * d + 1.0
         self._r[n] = (self._r.get(n, 0.0) * w * d + seconds / self.t1) / self._w[n]
+        self._low[n] = min(self._low.get(n, math.inf), self._r[n])
 
-    def ratio(self, n: int) -> float:
+    def ratio(self, n: int, low: bool = False) -> float:
         """b = seconds(n rows) / seconds(1 row), measured (within the last STALE_CALLS
-        calls), interpolated or extrapolated."""
+        calls), interpolated or extrapolated; `low`: from the lowest ratio each size ever
+        had instead (what it may cost again once measured anew)."""
         if n <= 1:
             return 1.0
         # a batch never costs less than a smaller one (noise and load changes can make a
         # rarely measured size look cheap): use the running maximum over sizes
-        # measurements older than STALE_CALLS calls are dropped: taken under another load
-        values = {m: r for m, r in sorted(self._r.items()) if self._calls - self._seen.get(m, 0) <= STALE_CALLS}
+        # a ratio not measured in the last STALE_CALLS calls may have been taken under another
+        # load: the size's lowest ratio stands in for it until it is measured again
+        lows = self._lows()
+        values = {m: lows[m] if low or self._calls - self._seen.get(m, 0) > STALE_CALLS else r
+                  for m, r in sorted(self._r.items())}
         points = [(1, 1.0)]
         for m, r in values.items():
             points.append((m, max(r, points[-1][1])))
@@ -196,14 +206,24 @@ class BatchCost:
             slope = min(slope, self.default_slope)
         return y1 + slope * (n - x1)
 
-    def predict(self, n: int) -> float:
-        """Seconds for a call of n rows (0 before any measurement)."""
+    def _lows(self) -> dict[int, float]:
+        """Each size's lowest ratio, at most any larger size's (a size first measured under
+        load has a high lowest ratio; a larger size measured without load bounds it)."""
+        out: dict[int, float] = {}
+        bound = math.inf
+        for m in sorted(self._low, reverse=True):
+            bound = min(bound, self._low[m])
+            out[m] = bound
+        return out
+
+    def predict(self, n: int, low: bool = False) -> float:
+        """Seconds for a call of n rows (0 before any measurement); `low`: see `ratio`."""
         if self.t1 <= 0:
             if not self._pending:
                 return 0.0
             m, sec = self._pending[-1]  # only batches seen: assume the default shape
             return sec / (1.0 + self.default_slope * (m - 1)) * self.ratio(n)
-        return self.t1 * self.ratio(n)
+        return self.t1 * self.ratio(n, low)
 
 
 @dataclass

@@ -4,7 +4,9 @@ this module plays the outcome on a virtual clock, with no weights and no sleepin
 The world is the speed model's: the target's verify of k+1 rows costs t1·b(k); the drafter
 model decodes n tokens in c·t1·b(n−1) (the same batch shape); prompt lookup costs nothing
 but finds a match only on a share of the steps. Every draft token is accepted with
-probability α (i.i.d.; the model drafter and prompt lookup have their own α). The policy
+probability α (i.i.d.; the model drafter and prompt lookup have their own α). The text is a
+token stream: prompt lookup's guesses are the next tokens of it with probability α each (so
+the policy can check its guesses on steps that did not draft, as it does on real text). The policy
 sees measured seconds with multiplicative noise, exactly through the calls the step loop
 makes (`choose`, `observe`, `observe_overhead`, and the model drafter's `decode_log`).
 
@@ -171,19 +173,24 @@ def simulate(
         generated = 0
         runs = _match_runs(world, tokens + max_gamma + 1, rng_text)
         matched_tokens += sum(runs[:tokens])
+        text = [int(t) for t in rng_text.integers(1, 1 << 30, tokens + max_gamma + 1)]
+        """The tokens the target emits (what any lossless step commits)."""
         while generated < tokens:
             matched = runs[generated]
-            lookup.current = tuple([1] * max_gamma) if matched else ()
+            lookup.current = _guesses(text[generated : generated + max_gamma], world.alpha_ngram, rng) if matched else ()
             lookup.current_len = world.match_len if matched else 0
             k_cap = min(max_gamma, tokens - generated - 1)
             drafter, k = policy.choose(k_cap)
             name = drafter.name if k > 0 else "none"
             if name == "ngram" and not matched:
                 raise AssertionError("the policy drafted with prompt lookup without a match")
-            alpha = world.alpha_model if name == "model" else world.alpha_ngram
             num_accepted = 0
-            while num_accepted < k and rng.random() < alpha:
-                num_accepted += 1
+            if name == "ngram":  # the guesses the target's tokens confirm
+                while num_accepted < k and lookup.current[num_accepted] == text[generated + num_accepted]:
+                    num_accepted += 1
+            else:
+                while num_accepted < k and rng.random() < world.alpha_model:
+                    num_accepted += 1
             t_draft = 0.0
             if name == "model":
                 assert model is not None
@@ -206,7 +213,7 @@ def simulate(
             measured = _noisy(t_verify_true, world, rng) * (load if k > 0 else 1.0)
             policy.observe(name, k, num_accepted, t_draft, measured)
             policy.observe_overhead(_noisy(world.overhead, world, rng))
-            context.extend([0] * (num_accepted + 1))
+            context.extend(text[generated : generated + num_accepted + 1])
             generated += num_accepted + 1
             steps += 1
             key = f"{name}@{k}"
@@ -229,6 +236,17 @@ def _match_runs(world: World, n: int, rng: np.random.Generator) -> list[bool]:
             matched = bool(rng.random() < world.match_rate)
         out.append(matched)
     return out
+
+
+def _guesses(truth: list[int], alpha: float, rng: np.random.Generator) -> tuple[int, ...]:
+    """Prompt lookup's draft where it matches: each guess is the target's next token with
+    probability α while the guesses before it were right; after the first wrong one, any."""
+    out: list[int] = []
+    right = True
+    for t in truth:
+        right = right and bool(rng.random() < alpha)
+        out.append(t if right else -1 - len(out))
+    return tuple(out)
 
 
 def _noisy(seconds: float, world: World, rng: np.random.Generator) -> float:

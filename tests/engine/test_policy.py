@@ -313,3 +313,71 @@ def test_a_request_forgets_carried_acceptance_its_own_drafts_contradict() -> Non
     assert carried.forget_carried(1.0, 0.3)
     assert carried.evidence == pytest.approx(2.0) and carried.rate(0) < before - 0.1
     assert not carried.forget_carried(1.0, 0.3)  # nothing left to forget
+
+
+def _steps(p: AdaptivePolicy, context: list[int], text: list[int], t1: float) -> list[int]:
+    """Steps that commit `text` (a greedy target's tokens), as the loop does: a draft's
+    guesses are accepted while they match it. Returns each step's k."""
+    assert p.ngram is not None
+    ks = []
+    while text:
+        d, k = p.choose(4)
+        guesses = list(p.ngram.propose(context, k, GREEDY, np.random.default_rng(0)).tokens) if k else []
+        hits = next((i for i, (g, t) in enumerate(zip(guesses, text)) if g != t), min(len(guesses), len(text)))
+        context.extend(text[: hits + 1])
+        del text[: hits + 1]
+        p.ngram.observe(context)
+        p.observe(d.name if k else "none", k, hits, 0.0, p.state.verify.predict(k + 1))
+        ks.append(k)
+    return ks
+
+
+def test_shadow_drafts_learn_prompt_lookup_without_drafting() -> None:
+    """A CPU where a verify of two rows costs twice one row, and no acceptance measured yet:
+    prompt lookup is not tried blind. Its guesses on plain steps are checked against the
+    tokens committed after them: where the reply quotes the prompt they come true, its
+    acceptance rises, and it drafts deep; where the reply goes elsewhere its guesses fail and
+    it stops."""
+    state = PolicyState()
+    for n, ratio in ((1, 1.0), (2, 2.05), (3, 2.6), (4, 3.2), (5, 3.8)):
+        for _ in range(3):
+            state.verify.observe(n, 0.04 * ratio)
+    prompt = list(range(100, 160))
+    context = prompt + prompt[:4]  # the reply starts quoting the prompt
+    lookup = PromptLookupDrafter()
+    lookup.begin(context)
+    p = AdaptivePolicy([lookup], 4, GREEDY, state)
+    p.bind(context)
+    ks = _steps(p, context, prompt[4:40], 0.04)
+    first = next(i for i, k in enumerate(ks) if k)
+    assert first >= 2  # not tried blind: the first guesses were checked on plain steps
+    assert ks[-3:] == [4, 4, 4]  # then deep drafts while the quote goes on
+    rate = p.acceptance["ngram4"].rate(0)
+    ks = _steps(p, context, [2000 + i for i in range(30)], 0.04)  # new text
+    assert p.acceptance["ngram4"].rate(0) < rate  # the draft into it failed
+    assert ks[1:] == [0] * 29  # and no more drafts (no more matches)
+
+
+def test_a_verify_cost_measured_under_load_is_measured_again() -> None:
+    """Prompt lookup's acceptance is known (shadow drafts) and would pay at the verify cost
+    first measured, but the last measurements of that size were 3× slower (another process
+    loaded the machine): the policy makes a trial of it, to see whether it is cheap again."""
+    state = PolicyState()
+    for n, ratio in ((1, 1.0), (2, 1.1), (3, 1.15), (4, 1.2), (5, 1.25)):
+        state.verify.observe(n, 0.04 * ratio)
+    for n, ratio in ((2, 1.1), (3, 1.15), (4, 1.2), (5, 1.25)):
+        for _ in range(20):
+            state.verify.observe(n, 0.04 * 3 * ratio)  # under load
+    state.verify.observe(1, 0.04)
+    for key in ("ngram2", "ngram3", "ngram4"):
+        acc = Acceptance(0.5)
+        acc.reached, acc.accepted = [200.0] * 4, [160.0] * 4  # 80 %
+        state.acceptance[key] = acc
+    context = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]
+    lookup = PromptLookupDrafter()
+    lookup.begin(context)
+    p = AdaptivePolicy([lookup], 4, GREEDY, state)
+    p.bind(context)
+    assert state.verify.ratio(4) > 3 and state.verify.ratio(4, low=True) < 1.3  # the premise
+    d, k = p.choose(4)
+    assert d.name == "ngram" and k >= 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.adaptive import EXPLORE_BUDGET
+from localspec.theory import expected_tokens_per_step
 from policy_sim import BatchCost, World, concave_b, linear_b, simulate
 
 SHAPES: dict[str, BatchCost] = {
@@ -22,8 +23,10 @@ SHAPES: dict[str, BatchCost] = {
     "mid": linear_b(0.15),
     "cpu": concave_b(1.9, 0.35),
     "steep": linear_b(0.7),
+    "avx512": concave_b(2.03, 0.6),
 }
-"""b(γ): a GPU, a fast CPU or small GPU, this 2-core CPU (b(1) = 1.9, b(3) = 2.6), b(3) = 3.1."""
+"""b(γ): a GPU, a fast CPU or small GPU, this 2-core CPU (b(1) = 1.9, b(3) = 2.6), b(3) = 3.1,
+and a 2-core AVX-512 EPYC in exact numerics (b(1) = 2.03, b(3) = 3.1, b(4) = 3.7 measured)."""
 COSTS = (0.05, 0.3, 0.8)
 ALPHAS = (0.3, 0.6, 0.8, 0.95)
 MATCHES = (0.0, 0.6)
@@ -35,6 +38,8 @@ _THIN = ("a model drafter worth at most 8 % on this CPU-like verify curve is fou
 KNOWN_GAPS = {
     ("cpu", 0.05, 0.8, 0.0): _THIN,
     ("cpu", 0.3, 0.95, 0.0): _THIN,
+    ("cpu", 0.3, 0.8, 0.6): "prompt lookup worth 6-11 % and a model drafter that nearly pays: the "
+                            "model's trials cost most of the gap (0.965; 0.945 before shadow drafts)",
 }
 """Grid points where the policy is known to fall short of 0.97 (listed, not hidden)."""
 
@@ -75,7 +80,10 @@ def test_issue_17_prompt_lookup_on_this_cpu() -> None:
         best = r.text.best_fixed(MAX_GAMMA)
         assert best[0] == "ngram" and best[2] > 1.1  # the premise
         assert r.speedup >= 0.97 * best[2], (r.speedup, best, r.choices)
-        assert sum(n for key, n in r.choices.items() if key.startswith("ngram")) > r.steps / 3
+        # it drafts where the text matches: most matched tokens come from prompt lookup's steps
+        by_lookup = sum(n * expected_tokens_per_step(0.87, int(key.split("@")[1]))
+                        for key, n in r.choices.items() if key.startswith("ngram"))
+        assert by_lookup > 0.7 * r.text.match_rate * 96 * 10, (by_lookup, r.text.match_rate, r.choices)
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -121,3 +129,16 @@ def test_a_request_of_another_kind_after_prompt_lookup_paid() -> None:
         r = simulate(writing, tokens=96, requests=1, seed=seed + 100, state=state)
         ratios.append(r.speedup / max(1.0, r.text.best_fixed(MAX_GAMMA)[2]))
     assert sum(ratios) / len(ratios) >= 0.945, ratios
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.5, 0.7])
+def test_checking_prompt_lookup_costs_little_where_it_never_pays(alpha: float) -> None:
+    """The AVX-512 EPYC in exact numerics: a one-token draft costs twice a plain step, so
+    prompt lookup at α ≤ 0.7 never pays, yet it matches on 60 % of the text. The policy
+    learns that from its shadow drafts (free) instead of paid trials: it stays within 1.5 %
+    of plain decoding over short requests (64 tokens, as in the bench). Paid trials cost
+    2.5-3 % here."""
+    world = World(b=SHAPES["avx512"], c=0.5, alpha_model=0.3, alpha_ngram=alpha, match_rate=0.6, has_model=False)
+    runs = [simulate(world, tokens=64, requests=4, max_gamma=4, seed=seed) for seed in range(4)]
+    assert all(r.text.best_fixed(4)[0] == "none" for r in runs)  # the premise
+    assert sum(r.speedup for r in runs) / len(runs) >= 0.985, [r.choices for r in runs]
