@@ -6,7 +6,7 @@ One driver thread runs every active generation's `StepLoop` in lockstep:
     admit waiting requests into free slots (the slot whose cache shares the longest prefix)
     for each generation still prefilling: its next prompt chunk (<= prefill_chunk rows)
     for each generation decoding: plan its step (policy choice with the batch in view, draft)
-    one target decode over all of it: every chunk and every [last, d_1..d_k]
+    one target decode over all of it: every chunk and every [last, d_1..d_k], in slot order
     one acceptance call over every decoding generation (the CUDA kernel: one launch)
     for each generation decoding: commit, roll back its own sequence, emit events
 
@@ -233,8 +233,11 @@ class BatchRunner:
                 log.exception("a finish callback failed")
 
     def _step(self, jobs: list[_Job]) -> None:
-        """One batched decode: prompt chunks and verify rows of every active generation."""
-        parts: list[tuple[ModelBackend, Sequence[int], bool]] = []
+        """One batched decode: prompt chunks and verify rows of every active generation, in
+        sequence order (llama.cpp's per-sequence caches take a run of consecutive ids with
+        equal rows as one ubatch: sequences out of order cost one pass each)."""
+        jobs = sorted(jobs, key=lambda j: j.slot)
+        by_slot: dict[int, tuple[ModelBackend, Sequence[int], bool]] = {}
         chunks: list[tuple[_Job, int]] = []
         for job in jobs:
             if not job.prefilling:
@@ -245,11 +248,11 @@ class BatchRunner:
                 continue
             n = min(self.prefill_chunk, len(job.rest))
             if n:
-                parts.append((self.views[job.slot], job.rest[:n], False))
+                by_slot[job.slot] = (self.views[job.slot], job.rest[:n], False)
             chunks.append((job, n))
         decoding = [j for j in jobs if not j.prefilling]
         planned: list[_Job] = []
-        rows = prefill_rows = sum(len(p[1]) for p in parts)
+        rows = prefill_rows = sum(len(p[1]) for p in by_slot.values())
         undecided = len(decoding)
         tokens_decided = 0.0
         for job in decoding:
@@ -270,15 +273,16 @@ class BatchRunner:
                 self._end(job, exc)
                 continue
             tokens_decided += float(getattr(loop.policy, "expected_tokens", 1.0))
-            parts.append((self.views[job.slot], verify, True))
+            by_slot[job.slot] = (self.views[job.slot], verify, True)
             rows += len(verify)
             planned.append(job)
-        if not parts:
+        if not by_slot:
             for job, _ in chunks:
                 self._prefilled(job)
             return
+        slots = sorted(by_slot)
         t0 = time.perf_counter()
-        outs = self.target.decode_many(parts)
+        outs = dict(zip(slots, self.target.decode_many([by_slot[s] for s in slots]), strict=True))
         dt = time.perf_counter() - t0
         self.stats.steps += 1
         self.stats.rows += rows
@@ -287,9 +291,10 @@ class BatchRunner:
             del job.rest[:n]
             if not job.rest:
                 self._prefilled(job)
-        accepted = self._accept(planned, outs[len(parts) - len(planned):])
+        verified = [outs[job.slot] for job in planned]
+        accepted = self._accept(planned, verified)
         first = True
-        for job, logits in zip(planned, outs[len(parts) - len(planned):], strict=True):
+        for job, logits in zip(planned, verified, strict=True):
             assert job.loop is not None
             if job.slot not in accepted:
                 continue  # ended by its failure

@@ -99,3 +99,26 @@ def test_real_engine_cancel_then_next_request_is_correct(smol_engine: Engine) ->
                 gen.cancel()
     assert got[-1].finish_reason == "cancelled" and len(got) < 20
     assert "".join(e.text for e in smol_engine.generate(req)) == expected
+
+
+def test_decode_many_beyond_n_batch_keeps_every_part_s_logits(smollm2_path: Path) -> None:
+    """Parts whose rows exceed n_batch go in several llama_decode calls: the rows of the first
+    call must survive the second (llama.cpp reuses one logits buffer), an empty part keeps its
+    place, and each sequence's rows equal that sequence evaluated alone (exact numerics)."""
+    m = LlamaCppBackend(ModelSpec(str(smollm2_path), n_ctx=256, n_batch=8), n_seq=3)
+    try:
+        a, b, c = (m.sequence(i) for i in range(3))
+        ta = m.tokenize("The capital of France is Paris and", add_special=False)[:6]
+        tb = m.tokenize("def fib(n): return", add_special=False)[:6]
+        assert len(ta) == len(tb) == 6  # 12 rows > n_batch = 8: two calls
+        outs = m.decode_many([(a, ta, True), (c, [], True), (b, tb, True)])
+        assert [o.shape[0] for o in outs] == [6, 0, 6]
+        got_a, got_b = outs[0].copy(), outs[2].copy()
+        assert a.tokens == ta and b.tokens == tb and c.tokens == []
+        for view, tokens, got in [(a, ta, got_a), (b, tb, got_b)]:
+            view.truncate(0)
+            alone = view.decode(tokens, all_logits=True)
+            np.testing.assert_array_equal(got, alone)
+        assert not np.array_equal(got_a[-1], got_b[-1])
+    finally:
+        m.close()

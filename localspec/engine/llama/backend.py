@@ -507,23 +507,31 @@ class LlamaCppBackend:
         """Evaluate each (sequence view, tokens, all_logits) in one `llama_decode` (several when
         the rows exceed n_batch); returns per part its logits rows [len(tokens), V] when
         all_logits, else an empty [0, V] (no row is read: prompt chunks). Views into
-        llama.cpp's buffer, valid until the next decode. On failure the parts of the failing
+        llama.cpp's buffer, valid until the next decode (copies, for the rows of all but the
+        last call when the rows exceed n_batch). On failure the parts of the failing
         call are left as before it (when the rows exceed n_batch, parts of earlier calls stay
         evaluated and recorded: every view's `tokens` stays true) and the error names the model."""
-        parts = [p for p in parts if len(p[1])]
-        out: list[npt.NDArray[np.float32]] = []
-        group: list[tuple[LlamaCppBackend, Sequence[int], bool]] = []
+        out: list[npt.NDArray[np.float32]] = [np.zeros((0, self.n_vocab), dtype=np.float32)] * len(parts)
+        groups: list[list[int]] = [[]]
         rows = 0
-        for part in parts:
-            if len(part[1]) > self.n_batch:
-                raise ValueError(f"a part of {len(part[1])} rows exceeds n_batch={self.n_batch}")
-            if rows + len(part[1]) > self.n_batch:
-                out += self._decode_group(group)
-                group, rows = [], 0
-            group.append(part)
-            rows += len(part[1])
-        if group:
-            out += self._decode_group(group)
+        for i, (_, tokens, _) in enumerate(parts):
+            if not len(tokens):
+                continue
+            if len(tokens) > self.n_batch:
+                raise ValueError(f"a part of {len(tokens)} rows exceeds n_batch={self.n_batch}")
+            if rows + len(tokens) > self.n_batch:
+                groups.append([])
+                rows = 0
+            groups[-1].append(i)
+            rows += len(tokens)
+        for g, group in enumerate(groups):
+            if not group:
+                continue
+            logits = self._decode_group([parts[i] for i in group])
+            # the next call overwrites llama.cpp's logits buffer: keep copies of earlier calls' rows
+            last = g == len(groups) - 1
+            for i, rows_i in zip(group, logits, strict=True):
+                out[i] = rows_i if last else rows_i.copy()
         return out
 
     def _decode_group(self, parts: Sequence[tuple[LlamaCppBackend, Sequence[int], bool]]) -> list[npt.NDArray[np.float32]]:
