@@ -1,5 +1,6 @@
 """What a multi-sequence verify call costs: `decode_many` over 1-4 sequences of the offline target,
-equal and unequal rows per sequence, consecutive and non-consecutive ids (median of 8 calls).
+equal and unequal rows per sequence, consecutive and non-consecutive ids, the same four
+sequences in and out of order (median of 8 calls).
 
     python tests/engine/measure_batch.py [exact|fast]
 """
@@ -29,7 +30,8 @@ def one(rows, seqs):
     return f
 base = timeit(one(1, [0]))
 print(f"{numerics}: 1 seq x 1 row: {base*1e3:.1f} ms")
-for rows, seqs in [(1, [0, 1]), (1, [0, 1, 2, 3]), (1, [0, 2]), (2, [0]), (4, [0]), (5, [0]), (5, [0, 1, 2, 3]), (3, [0, 1])]:
+for rows, seqs in [(1, [0, 1]), (1, [0, 1, 2, 3]), (1, [1, 0, 2, 3]), (1, [3, 2, 1, 0]), (1, [2, 0, 3, 1]),
+                   (1, [0, 2]), (2, [0]), (4, [0]), (5, [0]), (5, [0, 1, 2, 3]), (3, [0, 1])]:
     t_ = timeit(one(rows, seqs))
     print(f"{len(seqs)} seqs {seqs} x {rows} rows: {t_*1e3:.1f} ms = {t_/base:.2f}x one row")
 # uneven: [5,1,1,1]
