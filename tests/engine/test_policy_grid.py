@@ -37,7 +37,6 @@ _THIN = ("a model drafter worth at most 8 % on this CPU-like verify curve is fou
          "all: every trial pays the drafter's catch-up over the tokens it skipped")
 KNOWN_GAPS = {
     ("cpu", 0.05, 0.8, 0.0): _THIN,
-    ("cpu", 0.3, 0.95, 0.0): _THIN,
     ("cpu", 0.3, 0.8, 0.6): "prompt lookup worth 6-11 % and a model drafter that nearly pays: the "
                             "model's trials cost most of the gap (0.965; 0.945 before shadow drafts)",
 }
