@@ -15,7 +15,10 @@ all of them alike; a server measured minutes after another on a shared 2-core ma
 differ by 10 % for nothing. `--repeat R` runs every level R times (each repeat its own
 prompts, the same for every server) and pools them. `sequential=True` (when the servers do
 not fit in memory together) runs one configuration after another instead. The report gives
-every level's ratio to the one-at-a-time server without speculation (`P=1, none`).
+every level's ratio to the one-at-a-time server without speculation (`P=1, none`), and with
+R > 1, each speculating server's ratio to the same `--parallel` without speculation round by
+round (the JSON keeps each level's `rounds_tok_s`): a gap that flips sign between rounds is
+the machine's noise, not the policy's.
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ class LevelResult:
     mean_gamma: float = 0.0
     mean_batch: float = 0.0
     mean_al: float = 0.0
+    rounds_tok_s: list[float] = field(default_factory=list)
+    """Aggregate tok/s of each repeat, in order (pooling keeps them)."""
+
+    def __post_init__(self) -> None:
+        if not self.rounds_tok_s:
+            self.rounds_tok_s = [round(self.tokens_per_s, 3)]
 
     def add(self, other: LevelResult) -> None:
         """Pool another repeat of the same level into this one."""
@@ -66,6 +75,7 @@ class LevelResult:
         self.wall_s += other.wall_s
         self.latencies_s += other.latencies_s
         self.ttft_s += other.ttft_s
+        self.rounds_tok_s += other.rounds_tok_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -252,7 +262,31 @@ def table(results: Sequence[LevelResult]) -> str:
             s = r.summary()
             cells += [f"{r.tokens_per_s:.2f}", ratio, f"{s['latency_p50_s']}"]
         lines.append(f"| --parallel {key[0]} {key[1]} | " + " | ".join(cells) + " |")
+    rounds = per_round(results)
+    if rounds:
+        lines += ["", "Per round, each server ÷ the same `--parallel` with speculation off (round-to-round "
+                  "spread shows how much of a gap is the machine's noise):", "",
+                  "| server | " + " | ".join(f"C={c}" for c in conc) + " |", "|---|" + "---:|" * len(conc)]
+        for key, by_c in rounds.items():
+            cells = [" · ".join(f"{x:.2f}" for x in by_c.get(c, [])) for c in conc]
+            lines.append(f"| --parallel {key[0]} {key[1]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def per_round(results: Sequence[LevelResult]) -> dict[tuple[int, str], dict[int, list[float]]]:
+    """(parallel, drafter) -> concurrency -> its tok/s ÷ the (parallel, none) server's, round by
+    round, for every speculating server measured over more than one round."""
+    off = {(r.parallel, r.concurrency): r.rounds_tok_s for r in results if r.drafter == "none"}
+    out: dict[tuple[int, str], dict[int, list[float]]] = {}
+    for r in results:
+        base = off.get((r.parallel, r.concurrency))
+        if r.drafter == "none" or not base or len(r.rounds_tok_s) < 2 or len(base) != len(r.rounds_tok_s):
+            continue
+        out.setdefault((r.parallel, r.drafter), {})[r.concurrency] = [
+            x / b if b > 0 else 0.0 for x, b in zip(r.rounds_tok_s, base, strict=True)]
+    return out
+
+
 
 
 def to_json(results: Sequence[LevelResult], meta: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.bench.load import LevelResult, schedule, table
+from localspec.bench.load import LevelResult, per_round, schedule, table
 from localspec.cli import main
 
 KEYS = [(1, "none"), (1, "adaptive"), (4, "none"), (4, "adaptive")]
@@ -40,6 +40,21 @@ def test_repeats_pool_tokens_walls_and_means() -> None:
     assert (a.requests, a.completion_tokens, a.wall_s) == (8, 512, 50.0)
     assert a.tokens_per_s == pytest.approx(512 / 50)
     assert (a.mean_gamma, a.mean_al) == (1.0, 2.0) and len(a.latencies_s) == 8
+    assert a.rounds_tok_s == [12.8, pytest.approx(256 / 30, abs=1e-3)]  # each round kept, in order
+
+
+def test_per_round_ratios_pair_each_round_with_the_same_server_without_speculation() -> None:
+    def level(p: int, d: str, walls: list[float]) -> LevelResult:
+        rounds = [LevelResult(p, d, 4, 8, 400, w) for w in walls]
+        for r in rounds[1:]:
+            rounds[0].add(r)
+        return rounds[0]
+
+    rows = [level(1, "none", [40.0, 80.0]), level(4, "none", [20.0, 40.0]), level(4, "adaptive", [25.0, 32.0])]
+    assert per_round(rows) == {(4, "adaptive"): {4: [pytest.approx(0.8), pytest.approx(1.25)]}}
+    text = table(rows)
+    assert "| --parallel 4 adaptive | 0.80 · 1.25 |" in text  # a load change between rounds stays visible
+    assert table(rows[:2]).count("| --parallel") == 2  # no per-round table without a speculating server
 
 
 def test_table_gives_each_server_its_ratio_to_the_one_at_a_time_server_without_speculation() -> None:
@@ -65,4 +80,6 @@ def test_a_real_side_by_side_run_writes_every_level(smollm2_path: Path, tmp_path
         assert 0 < lv["completion_tokens"] <= 8 * lv["requests"] and lv["tokens_per_s"] > 0
     two = [lv for lv in levels if lv["parallel"] == 2 and lv["concurrency"] == 2]
     assert all(lv["mean_batch"] > 1.0 for lv in two)  # the --parallel 2 server really batched them
-    assert "| --parallel 2 ngram |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| --parallel 2 ngram |" in printed and "Per round" in printed
+    assert all(len(lv["rounds_tok_s"]) == 2 for lv in levels)
