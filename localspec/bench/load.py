@@ -287,8 +287,6 @@ def per_round(results: Sequence[LevelResult]) -> dict[tuple[int, str], dict[int,
     return out
 
 
-
-
 def to_json(results: Sequence[LevelResult], meta: dict[str, Any]) -> str:
     """The run as JSON (meta: command, machine)."""
     return json.dumps({"meta": meta, "levels": [r.summary() for r in results]}, indent=1)
