@@ -25,6 +25,17 @@ guess with the probability that the target emits it there: the guesses the commi
 confirm are distributed as the drafts a verify would have accepted, at T = 0 and when
 sampling. Its acceptance is therefore learned on every step with a match, at no cost, and
 on a CPU whose verify batches cost about what short drafts save, it is not tried blind.
+Guesses that come true are counted as their tokens come (the wrong ones are decided at
+once; holding the right ones back until the whole guess is decided would keep the estimate
+below the truth by the guesses in flight).
+
+Caution with prompt lookup. It drafts only where that beats plain decoding even at the
+pessimistic end of its estimate (estimators.LOWER_SDS posterior standard deviations down),
+then the best option by the estimate itself. On recorded real text (tests/engine/replay_policy.py)
+the drafts that lose are those chosen on an estimate resting on a few outcomes — carried over
+from a request of another kind, or just risen on a short run of hits; with its evidence free,
+waiting for a few more outcomes costs little. On a GPU's flat verify curve every draft passes
+this test, so it changes nothing there.
 
 Exploration. Estimates of the other drafters only change when they are used, so a drafter
 whose prior looks worse than plain decoding would never be tried. The policy therefore makes *trials* of
@@ -196,9 +207,10 @@ class AdaptivePolicy:
         """(drafter, expected accepted drafts, the best choice's tokens/s, expected regret
         in seconds, the batch's other expected tokens) of a trial in flight."""
         self._batch = (0, 0.0)
-        self._shadows: list[tuple[str, int, tuple[int, ...]]] = []
+        self._shadows: list[tuple[str, int, tuple[int, ...], int]] = []
         """Prompt lookup's drafts on steps that did not use it, waiting for the tokens they
-        guessed: (acceptance key, context position of the first guess, the guesses)."""
+        guessed: (acceptance key, context position of the first guess, the guesses, the
+        guesses already counted as accepted)."""
         self.expected_tokens = 1.0
         """Expected tokens of the step last chosen (what a batch driver tells the others)."""
         self.split_batches = False
@@ -250,22 +262,25 @@ class AdaptivePolicy:
         verify = self.state.verify
         return verify.ratio(rows) > LOADED * verify.ratio(rows, low=True)
 
-    def _rates(self, drafter: str, k: int, match_len: int = 0, upper: bool = False) -> list[float]:
+    def _rates(self, drafter: str, k: int, match_len: int = 0, upper: bool = False,
+               lower: bool = False) -> list[float]:
         acc = self.acceptance
         if self.ngram is not None and drafter == self.ngram.name:
             key = self._ngram_key(match_len)
             others = [acc[o] for o in NGRAM_KEYS if o != key]
             a = sum(o.accepted[0] for o in others if o.accepted)
             r = sum(o.evidence for o in others)
-            prior = (a + PRIOR_WEIGHT * acc[key].prior) / (r + PRIOR_WEIGHT)
-            return acc[key].upper(k, prior) if upper else acc[key].rates(k, prior)
-        return acc[drafter].upper(k) if upper else acc[drafter].rates(k)
+            prior: float | None = (a + PRIOR_WEIGHT * acc[key].prior) / (r + PRIOR_WEIGHT)
+        else:
+            key, prior = drafter, None
+        est = acc[key]
+        return est.upper(k, prior) if upper else est.lower(k, prior) if lower else est.rates(k, prior)
 
     def _options(self, drafter: str, k_max: int, match_len: int = 0, upper: bool = False,
-                 low: bool = False) -> list[_Option]:
-        """Options drafting 1..k_max tokens with `drafter` (`upper`: at optimistic acceptance;
-        `low`: at the lowest verify costs measured)."""
-        rates = self._rates(drafter, k_max, match_len, upper)
+                 low: bool = False, lower: bool = False) -> list[_Option]:
+        """Options drafting 1..k_max tokens with `drafter` (`upper`/`lower`: at optimistic /
+        pessimistic acceptance; `low`: at the lowest verify costs measured)."""
+        rates = self._rates(drafter, k_max, match_len, upper, lower)
         extra = self._batch[1]
         return [_Option(drafter, k, expected_from_rates(rates[:k]), self._seconds(drafter, k, low), extra)
                 for k in range(1, k_max + 1)]
@@ -302,9 +317,18 @@ class AdaptivePolicy:
         for name in self.costed:
             if name not in unknown:
                 options += self._options(name, k_cap)
+        candidates = options
         if cont:
-            options += self._options(lookup, len(cont), n)
-        best = max(options, key=lambda o: o.rate)
+            looks = self._options(lookup, len(cont), n)
+            options = options + looks
+            # prompt lookup drafts only where that beats plain decoding even at the pessimistic
+            # end of its estimate: its evidence is free (shadow drafts), so waiting for more
+            # costs little, while on a CPU a wrong draft of a few tokens costs a few one-row
+            # steps and a draft chosen on an estimate that just rose is most often the wrong one
+            plain = options[0].rate
+            safe = {o.k for o in self._options(lookup, len(cont), n, lower=True) if o.rate >= plain}
+            candidates = options[: -len(looks)] + [o for o in looks if o.k in safe]
+        best = max(candidates, key=lambda o: o.rate)
         available = {name: name not in unknown for name in self.costed}
         if self.ngram is not None:
             available[lookup] = bool(cont)
@@ -351,27 +375,34 @@ class AdaptivePolicy:
             )
         self.expected_tokens = choice.tokens
         if cont and choice.drafter != lookup:
-            self._shadows.append((self._ngram_key(n), len(self._context), tuple(cont[:SHADOW_GUESSES])))
+            self._shadows.append((self._ngram_key(n), len(self._context), tuple(cont[:SHADOW_GUESSES]), 0))
         return self._pick(choice.drafter, choice.k)
 
     def _resolve_shadows(self) -> None:
-        """Learn from prompt lookup's shadow drafts whose outcome the committed tokens now
-        decide. A draft carries no q, so the verify accepts its i-th token with the
-        probability p_i(d_i) that the target itself emits d_i there (one-hot rule; at T = 0,
-        when d_i is the argmax): the number of guesses the committed tokens match has the
-        distribution of the number a verify would have accepted. Prompt lookup's acceptance
-        is thus learned on every step with a match, for free, and it drafts only when that
-        pays at this machine's measured verify cost (its trials bet on the cost alone)."""
+        """Learn from prompt lookup's shadow drafts as the committed tokens decide them. A
+        draft carries no q, so the verify accepts its i-th token with the probability
+        p_i(d_i) that the target itself emits d_i there (one-hot rule; at T = 0, when d_i is
+        the argmax): the number of guesses the committed tokens match has the distribution of
+        the number a verify would have accepted. Prompt lookup's acceptance is thus learned on
+        every step with a match, for free, and it drafts only when that pays at this machine's
+        measured verify cost (its trials bet on the cost alone).
+
+        A shadow whose guesses are right so far counts those positions at once (reached and
+        accepted) and the rest when decided: were it held back whole, the right guesses would
+        be counted a step or more after the wrong ones, and the estimate would lag below the
+        truth by the shadows in flight."""
         if not self._shadows:
             return
         context, pending = self._context, []
-        for key, start, guesses in self._shadows:
+        for key, start, guesses, counted in self._shadows:
             seen = context[start : start + len(guesses)]
             hits = next((i for i, (g, t) in enumerate(zip(guesses, seen)) if g != t), len(seen))
-            if hits == len(seen) < len(guesses):
-                pending.append((key, start, guesses))  # every guess so far right, more to see
+            if hits == len(seen) < len(guesses):  # every guess so far right, more to see
+                if hits > counted:
+                    self._learn(key, len(guesses), hits, counted, final=False)
+                pending.append((key, start, guesses, hits))
             else:
-                self._learn(key, len(guesses), hits)
+                self._learn(key, len(guesses), hits, counted)
         self._shadows = pending
 
     def _pick(self, name: str, k: int) -> tuple[Drafter, int]:
@@ -417,12 +448,13 @@ class AdaptivePolicy:
         if k > 0:
             self._learn(key, k, num_accepted)
 
-    def _learn(self, key: str, k: int, num_accepted: int) -> None:
-        """A draft of k tokens under acceptance `key` had its first `num_accepted` accepted."""
+    def _learn(self, key: str, k: int, num_accepted: int, counted: int = 0, final: bool = True) -> None:
+        """A draft of k tokens under acceptance `key` had its first `num_accepted` accepted
+        (`counted`: of them, those already learned; `final=False`: more may follow)."""
         if key in self.acceptance:
             acc = self.acceptance[key]
-            acc.observe(k, num_accepted)
-            if key in NGRAM_KEYS and acc.forget_carried(FORGET_EVIDENCE, FORGET_MARGIN):
+            acc.observe(k, num_accepted, counted=counted, final=final)
+            if final and key in NGRAM_KEYS and acc.forget_carried(FORGET_EVIDENCE, FORGET_MARGIN):
                 log.debug("%s: this request's drafts contradict the carried estimate, forgot it", key)
                 for other in NGRAM_KEYS:  # the matched lengths share the text
                     self.acceptance[other].forget_carried(FORGET_EVIDENCE, FORGET_MARGIN, force=True)

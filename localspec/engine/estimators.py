@@ -29,6 +29,9 @@ PRIOR_WEIGHT = 2.0
 """Pseudo-observations behind each prior."""
 UPPER_SDS = 2.0
 """Standard deviations above the estimate that `Acceptance.upper` reports."""
+LOWER_SDS = 0.5
+"""Standard deviations below the estimate that `Acceptance.lower` reports (the adaptive
+policy's caution with prompt lookup)."""
 MIN_OWN = 1
 STALE_CALLS = 200
 """Target calls after which a batch size's running ratio gives way to the lowest one it ever
@@ -236,17 +239,20 @@ class Acceptance:
     own: tuple[int, int] = (0, 0)
     """(steps, first drafts accepted) of this request alone, undecayed (`forget_carried`)."""
 
-    def observe(self, k: int, num_accepted: int) -> None:
-        """A step drafted k tokens and the first num_accepted passed."""
-        if k > 0:
+    def observe(self, k: int, num_accepted: int, *, counted: int = 0, final: bool = True) -> None:
+        """A step drafted k tokens and the first num_accepted passed. In parts: `final=False`
+        counts positions < num_accepted as reached and accepted (the outcome beyond is not
+        known yet); a later call with `counted` = that number adds the rest of the outcome."""
+        if counted == 0:
+            for lst in (self.reached, self.accepted):
+                lst[:] = [v * DECAY for v in lst]
+                if len(lst) < k:
+                    lst.extend([0.0] * (k - len(lst)))
+        if final and k > 0:
             self.own = (self.own[0] + 1, self.own[1] + (num_accepted > 0))
-        for lst in (self.reached, self.accepted):
-            lst[:] = [v * DECAY for v in lst]
-            if len(lst) < k:
-                lst.extend([0.0] * (k - len(lst)))
-        for i in range(min(k, num_accepted + 1)):
+        for i in range(counted, min(k, num_accepted + 1) if final else num_accepted):
             self.reached[i] += 1.0
-        for i in range(num_accepted):
+        for i in range(counted, num_accepted):
             self.accepted[i] += 1.0
 
     @property
@@ -275,6 +281,11 @@ class Acceptance:
         """Like `rates`, each estimate raised by UPPER_SDS posterior standard deviations: what
         the drafter might still be worth, given how little has been seen."""
         return self._estimate(n, prior, UPPER_SDS)
+
+    def lower(self, n: int, prior: float | None = None) -> list[float]:
+        """Like `rates`, each estimate lowered by LOWER_SDS posterior standard deviations: what
+        the drafter is worth at the pessimistic end of what has been seen."""
+        return self._estimate(n, prior, -LOWER_SDS)
 
     def _estimate(self, n: int, prior: float | None, sds: float) -> list[float]:
         p = self.prior if prior is None else prior
@@ -310,10 +321,10 @@ class Acceptance:
 
 
 def _raised(mean: float, reached: float, sds: float) -> float:
-    """`mean` plus `sds` standard deviations of its Beta posterior (at most 1)."""
-    if sds <= 0:
+    """`mean` plus `sds` (< 0: minus) standard deviations of its Beta posterior, in [0, 1]."""
+    if sds == 0:
         return mean
-    return min(1.0, mean + sds * math.sqrt(mean * (1.0 - mean) / (reached + PRIOR_WEIGHT + 1.0)))
+    return min(1.0, max(0.0, mean + sds * math.sqrt(mean * (1.0 - mean) / (reached + PRIOR_WEIGHT + 1.0))))
 
 
 def expected_from_rates(rates: list[float]) -> float:

@@ -381,3 +381,68 @@ def test_a_verify_cost_measured_under_load_is_measured_again() -> None:
     assert state.verify.ratio(4) > 3 and state.verify.ratio(4, low=True) < 1.3  # the premise
     d, k = p.choose(4)
     assert d.name == "ngram" and k >= 1
+
+
+def test_an_outcome_observed_in_parts_counts_as_the_whole() -> None:
+    """A shadow draft right so far counts its seen positions at once; the rest of its outcome
+    added later gives exactly the counts of observing it whole."""
+    whole, parts = Acceptance(0.5), Acceptance(0.5)
+    for acc in (whole, parts):
+        acc.observe(4, 1)
+    whole.observe(4, 3)
+    parts.observe(4, 2, final=False)
+    assert parts.own == (1, 1)  # not a new outcome until it is decided
+    assert parts.accepted[:2] == pytest.approx(whole.accepted[:2]) and parts.accepted[2] < whole.accepted[2]
+    parts.observe(4, 3, counted=2)
+    assert parts.reached == pytest.approx(whole.reached)
+    assert parts.accepted == pytest.approx(whole.accepted)
+    assert parts.own == whole.own == (2, 2)
+
+
+def test_a_shadow_draft_right_so_far_is_learned_before_it_is_decided() -> None:
+    """Shadow guesses that come true are counted as the tokens come, not only when the whole
+    guess is decided: held back, every right guess would be counted a step or more after the
+    wrong ones, and the estimate would lag below the truth (seen in the policy simulation:
+    0.72 estimated where 0.8 was true)."""
+    state = PolicyState()
+    for n, ratio in ((1, 1.0), (2, 3.0), (3, 4.0), (4, 5.0), (5, 6.0)):  # drafting never pays
+        for _ in range(3):
+            state.verify.observe(n, 0.04 * ratio)
+    prompt = list(range(100, 160))
+    context = prompt + prompt[:4]
+    lookup = PromptLookupDrafter()
+    lookup.begin(context)
+    p = AdaptivePolicy([lookup], 4, GREEDY, state)
+    p.bind(context)
+    before = p.acceptance["ngram4"].accepted[:1] or [0.0]
+    assert _steps(p, context, prompt[4:5], 0.04) == [0]  # a plain step; its shadow guessed 4 tokens
+    p.choose(4)  # the first guess came true: counted now, three guesses still open
+    acc = p.acceptance["ngram4"]
+    assert acc.accepted[0] > before[0] and acc.own == (0, 0)
+
+
+def test_prompt_lookup_waits_for_evidence_where_a_draft_barely_pays() -> None:
+    """On a CPU where a verify of 4 rows costs 2.6× one row, prompt lookup at an estimated
+    80 % barely pays. On an estimate that rests on a few outcomes (most drafts chosen on a
+    freshly risen estimate fail; measured on recorded real text) it does not draft; on the
+    same estimate over many outcomes it does."""
+    prompt = list(range(100, 160))
+    context = prompt + prompt[:4]
+    chosen = {}
+    for weight in (3.0, 200.0):
+        state = PolicyState()
+        for n, ratio in ((1, 1.0), (2, 1.9), (3, 2.25), (4, 2.6), (5, 2.95)):
+            for _ in range(3):
+                state.verify.observe(n, 0.04 * ratio)
+        for key in ("ngram2", "ngram3", "ngram4"):
+            acc = Acceptance(0.5)
+            acc.reached, acc.accepted = [weight / 0.3] * 4, [0.8 * weight / 0.3] * 4  # carried at 0.3
+            state.acceptance[key] = acc
+        lookup = PromptLookupDrafter()
+        lookup.begin(context)
+        p = AdaptivePolicy([lookup], 4, GREEDY, state)
+        p.bind(context)
+        d, k = p.choose(4)
+        chosen[weight] = (d.name, k)
+    assert chosen[3.0] == ("none", 0)
+    assert chosen[200.0][0] == "ngram" and chosen[200.0][1] >= 3
