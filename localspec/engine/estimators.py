@@ -146,6 +146,10 @@ class BatchCost:
     _low: dict[int, float] = field(default_factory=dict)
     """Batch size -> the lowest running ratio it ever had (never dropped): what it costs when
     nothing else loads the machine, for deciding whether to measure it again."""
+    _memo: dict[tuple[int, bool], float] = field(default_factory=dict, repr=False, compare=False)
+    """`ratio` answers since the last call was observed (`_memo_calls`): the policy asks for
+    the same sizes many times a step, and nothing they depend on changes between calls."""
+    _memo_calls: int = field(default=-1, repr=False, compare=False)
 
     @property
     def t1_stale(self) -> bool:
@@ -183,6 +187,16 @@ class BatchCost:
         had instead (what it may cost again once measured anew)."""
         if n <= 1:
             return 1.0
+        if self._memo_calls != self._calls:
+            self._memo.clear()
+            self._memo_calls = self._calls
+        key = (n, low)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._ratio(n, low)
+        return got
+
+    def _ratio(self, n: int, low: bool) -> float:
         # a batch never costs less than a smaller one (noise and load changes can make a
         # rarely measured size look cheap): use the running maximum over sizes
         # a ratio not measured in the last STALE_CALLS calls may have been taken under another

@@ -239,6 +239,24 @@ def test_verify_cost_never_falls_with_batch_size() -> None:
     assert c.ratio(5) == pytest.approx(2.5) and c.ratio(9) >= c.ratio(5)
 
 
+def test_verify_cost_answers_follow_every_new_measurement() -> None:
+    """`ratio` remembers its answers between measurements (the policy asks for the same sizes
+    many times a step); every observed call, one-row ones included (they age the other sizes'
+    ratios), must make it answer anew."""
+    from localspec.engine.estimators import STALE_CALLS, BatchCost
+
+    c = BatchCost()
+    c.observe(1, 0.1)
+    c.observe(3, 0.2)
+    assert c.ratio(3) == pytest.approx(2.0) and c.ratio(3, low=True) == pytest.approx(2.0)
+    c.observe(3, 0.4)  # a loaded machine: the running ratio rises, the lowest one stays
+    loaded = c.ratio(3)
+    assert loaded > 2.0 and c.ratio(3, low=True) == pytest.approx(2.0)
+    for _ in range(STALE_CALLS + 1):  # one-row steps only: size 3's loaded ratio goes stale
+        c.observe(1, 0.1)
+    assert c.ratio(3) == pytest.approx(2.0) and loaded > 2.1
+
+
 class _HeadDrafter:
     """A drafter the policy has never heard of: a cheap head drafting a whole block in one call
     (like DFlash), or a chain of cheap calls (like an EAGLE head) with `sequential`."""
