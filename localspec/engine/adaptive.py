@@ -122,7 +122,10 @@ class PolicyState:
 
     def draft_cost(self, name: str) -> DraftCost:
         """The cost model of drafter `name` (created empty on first use)."""
-        return self.drafts.setdefault(name, DraftCost())
+        cost = self.drafts.get(name)
+        if cost is None:  # not setdefault: it would build a DraftCost on every call
+            cost = self.drafts[name] = DraftCost()
+        return cost
 
 
 @dataclass
