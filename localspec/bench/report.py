@@ -46,13 +46,14 @@ def samples_from_json(report: dict[str, Any]) -> BenchRun:
         gammas=tuple(c["gammas"]), temperatures=tuple(c["temperatures"]), drafters=tuple(c["drafters"]),
         max_tokens=c["max_tokens"], prompts_per_category=c["prompts_per_category"],
         categories=tuple(c["categories"]) if c["categories"] else None, seed=c["seed"],
-        top_p=c["top_p"], top_k=c["top_k"], warmup_tokens=c["warmup_tokens"],
+        top_p=c["top_p"], top_k=c["top_k"], warmup_tokens=c["warmup_tokens"], repeat=c.get("repeat", 1),
     )
     prompts = [BenchPrompt(p["question_id"], p["category"], ("",) * p["num_turns"], source=p.get("source"))
                for p in report["prompts"]]
     keys = ("temperature", "category", "question_id", "arm", "drafter", "gamma", "turn", "seed",
             "position", "stats", "text_chars", "t_wall_s")
-    run = BenchRun(config=config, prompts=prompts, samples=[Sample(**{k: s[k] for k in keys}) for s in report["samples"]],
+    run = BenchRun(config=config, prompts=prompts,
+                   samples=[Sample(**{k: s[k] for k in keys}, round=s.get("round", 0)) for s in report["samples"]],
                    interrupted=report["interrupted"], t_wall_s=report["t_wall_s"])
     return run
 
@@ -96,7 +97,7 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
 
 def table_rows(report: dict[str, Any], temp: str, drafter: str) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one terminal table: for `drafter` at `temp`, per category the
-    prompts, plain tok/s, "AL ×speedup" per γ, then α, c and the best γ* (theory vs
+    prompts, plain tok/s, "AL ×speedup" per γ (with each round's speedup after a --repeat run), then α, c and the best γ* (theory vs
     measured). `drafter="adaptive"` gives its single arm (no estimates)."""
     cfg = report["config"]
     arms = [a for a in cfg["arms"] if a.startswith(drafter + "@")]
@@ -112,7 +113,9 @@ def table_rows(report: dict[str, Any], temp: str, drafter: str) -> tuple[list[st
                _f(plain["tokens_per_s"], ".1f") if plain else "–"]
         for k in arms:
             s = a.get(k)
-            row.append(f"{_f(s['al'])} ×{_f(s['speedup'])}" if s else "–")
+            per = s.get("speedup_per_round") if s else None
+            rounds = f" ({'/'.join(_f(v) for v in per)})" if per else ""
+            row.append(f"{_f(s['al'])} ×{_f(s['speedup'])}{rounds}" if s else "–")
         if drafter != "adaptive":
             e = block["estimates"].get(drafter)
             if e is None:
@@ -146,7 +149,8 @@ def render_tables(report: dict[str, Any], console: Any) -> None:
             for r in rows:
                 table.add_row(*r, style="bold" if r[0] == "ALL" else None)
             console.print(table)
-    console.print("AL = tokens per target forward; speedup = tok/s ÷ plain tok/s on the same prompts")
+    console.print("AL = tokens per target forward; speedup = tok/s ÷ plain tok/s on the same prompts"
+                  + ("; (a/b/…) = the speedup in each round of --repeat" if report["config"].get("repeat", 1) > 1 else ""))
     if report.get("interrupted"):
         console.print(
             f"[yellow]interrupted: {report['num_complete_samples']} of {report['num_samples']} generations "
@@ -192,6 +196,16 @@ def markdown_tables(report: dict[str, Any]) -> str:
                 interval = f" [{_f(ci[0])}, {_f(ci[1])}]" if ci else ""
                 cells.append(f"{_f(s['tokens_per_s'], '.1f')} ({_f(s['speedup'])}×{interval})")
             lines.append(f"| {'**all**' if cat == ALL else cat} | " + " | ".join(cells) + " |")
+        if any(s.get("speedup_per_round") for b in cats.values() for s in b["arms"].values()):
+            lines += ["", "Speedup vs plain in each round (the pooled value above is over all rounds):", ""]
+            lines.append("| category | " + " | ".join(shown) + " |")
+            lines.append("|---|" + "---:|" * len(shown))
+            for cat, b in cats.items():
+                cells = []
+                for k in shown:
+                    per = (b["arms"].get(k) or {}).get("speedup_per_round")
+                    cells.append(" / ".join(_f(v) for v in per) if per else "–")
+                lines.append(f"| {'**all**' if cat == ALL else cat} | " + " | ".join(cells) + " |")
         for d in drafters:
             gam = cfg["gammas"]
             lines += ["", f"Speed model for the `{d}` drafter (α from per-position rates, c, b(γ) measured; "

@@ -2,7 +2,9 @@
 
 For each prompt, every (temperature, arm) pair runs back to back, in an order rotated by
 one per prompt, so slow phases of the machine (other processes, thermal) hit all arms
-alike. Multi-turn prompts feed each arm's own answer back as the assistant turn. Every
+alike. `repeat` > 1 runs the whole prompt list again, each later round in the reverse
+order of the one before (a prompt's first arm of round 0 is its last of round 1), so the
+host's timing noise per cell shrinks and an arm's place in the sequence cancels out. Multi-turn prompts feed each arm's own answer back as the assistant turn. Every
 generation is one `Sample` holding the engine's raw `SpecStats.to_dict()`.
 
 Ctrl-C stops at once: the generation in flight is dropped, everything finished is kept,
@@ -74,6 +76,8 @@ class BenchConfig:
     top_k: int = 0
     warmup_tokens: int = 8
     """Tokens generated per drafter kind before measuring (not recorded); 0 = no warm-up."""
+    repeat: int = 1
+    """Rounds over the whole prompt list (same seeds each round; the summary pools them)."""
 
     @property
     def arms(self) -> list[Arm]:
@@ -88,7 +92,7 @@ class BenchConfig:
             "prompts_per_category": self.prompts_per_category,
             "categories": list(self.categories) if self.categories else None,
             "seed": self.seed, "top_p": self.top_p, "top_k": self.top_k,
-            "warmup_tokens": self.warmup_tokens, "arms": [a.key for a in self.arms],
+            "warmup_tokens": self.warmup_tokens, "repeat": self.repeat, "arms": [a.key for a in self.arms],
         }
 
 
@@ -111,6 +115,8 @@ class Sample:
     text_chars: int
     t_wall_s: float
     """Wall time of the whole request (prefill included)."""
+    round: int = 0
+    """Which pass over the prompt list (`BenchConfig.repeat`) this generation belongs to."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -118,7 +124,7 @@ class Sample:
             "temperature": self.temperature, "category": self.category, "question_id": self.question_id,
             "arm": self.arm, "drafter": self.drafter, "gamma": self.gamma, "turn": self.turn,
             "seed": self.seed, "position": self.position, "text_chars": self.text_chars,
-            "t_wall_s": self.t_wall_s, "stats": self.stats,
+            "t_wall_s": self.t_wall_s, "round": self.round, "stats": self.stats,
         }
 
 
@@ -133,22 +139,22 @@ class BenchRun:
     t_wall_s: float = 0.0
 
     def complete_samples(self) -> list[Sample]:
-        """Samples of (temperature, prompt) groups where every arm finished every turn:
-        the only ones the summary uses, so an interrupted run compares arms fairly."""
+        """Samples of (round, temperature, prompt) groups where every arm finished every
+        turn: the only ones the summary uses, so an interrupted run compares arms fairly."""
         turns = {p.question_id: len(p.turns) for p in self.prompts}
         need = len(self.config.arms)
-        count: dict[tuple[float, str], int] = {}
+        count: dict[tuple[int, float, str], int] = {}
         for s in self.samples:
-            k = (s.temperature, s.question_id)
+            k = (s.round, s.temperature, s.question_id)
             count[k] = count.get(k, 0) + 1
-        done = {k for k, n in count.items() if n == need * turns[k[1]]}
-        return [s for s in self.samples if (s.temperature, s.question_id) in done]
+        done = {k for k, n in count.items() if n == need * turns[k[2]]}
+        return [s for s in self.samples if (s.round, s.temperature, s.question_id) in done]
 
 
 def planned_units(prompts: Sequence[BenchPrompt], config: BenchConfig) -> int:
     """Progress units (planned output tokens) of a whole run."""
     per_turn = len(config.arms) * len(config.temperatures) * config.max_tokens
-    return sum(len(p.turns) for p in prompts) * per_turn
+    return sum(len(p.turns) for p in prompts) * per_turn * config.repeat
 
 
 def round_robin(prompts: Sequence[BenchPrompt]) -> list[BenchPrompt]:
@@ -200,6 +206,14 @@ def _generate(
     return "".join(parts), generation.stats.to_dict(), time.perf_counter() - t0
 
 
+def arm_order(units: Sequence[Any], prompt_index: int, round_index: int) -> list[Any]:
+    """The order of a prompt's (temperature, arm) units: rotated by the prompt's index,
+    reversed in odd rounds."""
+    rot = prompt_index % len(units)
+    order = list(units[rot:]) + list(units[:rot])
+    return order[::-1] if round_index % 2 else order
+
+
 def run_bench(
     engine: Engine,
     prompts: Sequence[BenchPrompt],
@@ -219,9 +233,8 @@ def run_bench(
     try:
         if config.warmup_tokens > 0:
             _warm_up(engine, config)
-        for j, prompt in enumerate(prompts):
-            rot = j % len(units)
-            for position, (temp, arm) in enumerate(units[rot:] + units[:rot]):
+        for r, j, prompt in ((r, j, p) for r in range(config.repeat) for j, p in enumerate(prompts)):
+            for position, (temp, arm) in enumerate(arm_order(units, j, r)):
                 history: list[ChatMessage] = []
                 for turn, user_text in enumerate(prompt.turns):
                     history.append(ChatMessage("user", user_text))
@@ -232,13 +245,15 @@ def run_bench(
                         drafter=arm.drafter, gamma=arm.gamma,
                     )
                     label = f"{prompt.category} {prompt.question_id} T={temp:g} {arm.key}"
+                    if config.repeat > 1:
+                        label = f"{r + 1}/{config.repeat} {label}"
                     text, stats, wall = _generate(engine, req, progress, label)
                     history.append(ChatMessage("assistant", text))
                     run.samples.append(
                         Sample(
                             temperature=temp, category=prompt.category, question_id=prompt.question_id,
                             arm=arm.key, drafter=arm.drafter, gamma=arm.gamma, turn=turn, seed=seed,
-                            position=position, stats=stats, text_chars=len(text), t_wall_s=wall,
+                            position=position, stats=stats, text_chars=len(text), t_wall_s=wall, round=r,
                         )
                     )
     except KeyboardInterrupt:

@@ -36,6 +36,19 @@ def _speedup_ci(samples: Sequence[Sample], plain: Sequence[Sample], seed: int) -
     return est.speedup_bootstrap(pairs, seed=seed)
 
 
+def _per_round_speedup(samples: Sequence[Sample], plain: Sequence[Sample]) -> list[float] | None:
+    """tok/s ÷ plain tok/s within each round (`BenchConfig.repeat` > 1), else None."""
+    rounds = sorted({s.round for s in samples})
+    if len(rounds) < 2:
+        return None
+    out = []
+    for r in rounds:
+        a = est.pool_stats(s.stats for s in samples if s.round == r)["tokens_per_s"]
+        b = est.pool_stats(s.stats for s in plain if s.round == r)["tokens_per_s"]
+        out.append(a / b if a and b else float("nan"))
+    return out
+
+
 def _arm_summary(
     samples: Sequence[Sample], plain_tps: float | None, seed: int, plain: Sequence[Sample] = ()
 ) -> dict[str, Any]:
@@ -50,6 +63,7 @@ def _arm_summary(
         al_split_half_diff=est.al_split_half(per_prompt),
         al_step_se=est.al_step_se(pooled["accepted_per_position"], pooled["num_steps"]),
         speedup=pooled["tokens_per_s"] / plain_tps if plain_tps else None,
+        speedup_per_round=_per_round_speedup(samples, plain) if plain and plain_tps else None,
     )
     return pooled
 

@@ -16,6 +16,7 @@ BENCH_EXAMPLES = [
     "localspec bench --sweep --temp 0,0.8 --drafters model,ngram,adaptive --json out.json --plot out.png",
     "localspec bench --prompts SPEED-Bench/qualitative.jsonl --prompts-per-category 10",
     "localspec bench --prompts builtin --prompts models/prompts/humaneval.jsonl --drafters model,ngram,adaptive",
+    "localspec bench --prompts-per-category 0 --drafters ngram,adaptive --gamma 2,4 --temp 0,0.8 --repeat 2",
 ]
 
 
@@ -71,6 +72,8 @@ def register(app: typer.Typer) -> None:
         markdown: Annotated[Path | None, typer.Option("--markdown", help="Write the tables as markdown here.")] = None,
         seed: Annotated[int, typer.Option("--seed", min=0, help="Base seed (per-turn seeds derive from it).")] = 0,
         warmup_tokens: Annotated[int, typer.Option("--warmup-tokens", min=0, help="Warm-up tokens per drafter (not recorded).")] = 8,
+        repeat: Annotated[int, typer.Option("--repeat", min=1, help="Run every prompt this many times (each round in the reverse arm order "
+                                            "of the one before) and pool: less timing noise per category; each round's speedup is shown too.")] = 1,
         n_gpu_layers: int = opt.NGL,
         n_gpu_layers_draft: int = opt.NGLD,
         ctx_size: int = opt.CTX,
@@ -132,7 +135,7 @@ def register(app: typer.Typer) -> None:
         config = BenchConfig(
             gammas=gammas, temperatures=temps, drafters=kinds, max_tokens=max_tokens,
             prompts_per_category=prompts_per_category or None, categories=cats, seed=seed,
-            warmup_tokens=warmup_tokens,
+            warmup_tokens=warmup_tokens, repeat=repeat,
         )
 
         flags = opt.ModelFlags(
@@ -146,7 +149,7 @@ def register(app: typer.Typer) -> None:
         console.print(
             f"bench: {len(chosen)} prompts in {len(dict.fromkeys(p.category for p in chosen))} categories, "
             f"arms {', '.join(a.key for a in config.arms)}, T={','.join(f'{t:g}' for t in temps)}, "
-            f"{max_tokens} tokens per turn"
+            f"{max_tokens} tokens per turn" + (f", {repeat} rounds" if repeat > 1 else "")
         )
         engine = flags.build_engine()
         missing = [k for k in kinds if k not in ("adaptive", "none") and k not in engine.drafters]

@@ -154,3 +154,69 @@ def test_rebuild_report_from_json_gives_the_same_summary(spy_run: tuple[SpyEngin
     e = report["summary"]["0"]["categories"][ALL]["estimates"]["model"]
     lo, hi = e["alpha_ci95"]
     assert lo <= e["alpha"] <= hi
+
+
+REPEAT = BenchConfig(gammas=(2,), temperatures=(0.0,), drafters=("ngram",), max_tokens=8, warmup_tokens=0, repeat=2)
+
+
+def test_arm_order_rotates_per_prompt_and_reverses_every_other_round() -> None:
+    from localspec.bench.runner import arm_order
+
+    units = ["a", "b", "c"]
+    assert arm_order(units, 0, 0) == ["a", "b", "c"]
+    assert arm_order(units, 1, 0) == ["b", "c", "a"]
+    assert arm_order(units, 1, 1) == ["a", "c", "b"]  # round 1: the reverse of round 0
+    assert arm_order(units, 4, 2) == arm_order(units, 4, 0)
+
+
+def test_repeat_runs_every_prompt_again_in_reverse_and_pools_the_rounds() -> None:
+    spy = SpyEngine()
+    run = run_bench(spy, PROMPTS, REPEAT)  # type: ignore[arg-type]
+    assert planned_units(PROMPTS, REPEAT) == 2 * planned_units(PROMPTS, BenchConfig(
+        gammas=(2,), temperatures=(0.0,), drafters=("ngram",), max_tokens=8, warmup_tokens=0))
+    per_round = {r: [s for s in run.samples if s.round == r] for r in (0, 1)}
+    assert len(per_round[0]) == len(per_round[1]) == 2 * 4  # two arms, four turns
+    for qid in ("a-1", "b-1"):
+        order = [[s.arm for s in per_round[r] if s.question_id == qid] for r in (0, 1)]
+        assert order[1] == order[0][::-1]
+    # the same seeds in every round: a round repeats the measurement, not the sample
+    assert {(s.question_id, s.turn, s.seed) for s in per_round[0]} == {(s.question_id, s.turn, s.seed) for s in per_round[1]}
+    report = build_report(run, {"models": {}})
+    arm = report["summary"]["0"]["categories"][ALL]["arms"]["ngram@2"]
+    assert arm["num_steps"] == sum(s.stats["num_steps"] for s in run.samples if s.arm == "ngram@2")
+    assert arm["num_prompts"] == 3  # pooled per prompt, not counted once per round
+    r0, r1 = arm["speedup_per_round"]
+    assert min(r0, r1) <= arm["speedup"] <= max(r0, r1)
+    assert "Speedup vs plain in each round" in markdown_tables(report)
+    _, rows = table_rows(report, "0", "ngram")
+    assert rows[-1][3].count("/") == 1  # "AL ×S (r0/r1)"
+
+
+def test_repeat_interrupted_in_round_two_keeps_round_one() -> None:
+    spy = SpyEngine()
+    seen = {"n": 0}
+
+    def progress(n: int, label: str) -> None:
+        seen["n"] += n
+        if seen["n"] > 8 * 9:  # during the first generation of round two (8 per round)
+            raise KeyboardInterrupt
+
+    run = run_bench(spy, PROMPTS, REPEAT, progress)  # type: ignore[arg-type]
+    assert run.interrupted and {s.round for s in run.samples} == {0, 1}
+    complete = run.complete_samples()
+    assert {s.round for s in complete} == {0} and len(complete) == 8
+
+
+def test_reports_written_before_repeat_existed_still_load(spy_run: tuple[SpyEngine, Any]) -> None:
+    import json
+
+    from localspec.bench.report import _clean, rebuild_report
+
+    _, run = spy_run
+    report = json.loads(json.dumps(_clean(build_report(run, {"models": {}}))))
+    del report["config"]["repeat"]
+    for s in report["samples"]:
+        del s["round"]
+    again = rebuild_report(report)
+    assert again["config"]["repeat"] == 1 and {s["round"] for s in again["samples"]} == {0}
+    assert again["summary"]["0"]["categories"][ALL]["arms"]["model@1"]["speedup_per_round"] is None
