@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         threads: int | None = opt.THREADS,
         flash_attn: bool | None = opt.FLASH_ATTN,
         numerics: str = opt.NUMERICS,
-    rpc: str | None = opt.RPC,
+        rpc: str | None = opt.RPC,
         kernel: str | None = opt.KERNEL,
     ) -> None:
         """Measure acceptance length, tok/s and speedup per category and γ; estimate α, c, b(γ) and the best γ."""
