@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
         )
 
         from localspec.bench.environment import environment_record
+        from localspec.cli._progress import LineProgress
         from localspec.bench.plot import write_plot
         from localspec.bench.report import build_report, markdown_tables, rebuild_report, render_tables, write_json
         from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
@@ -166,18 +167,21 @@ def register(app: typer.Typer) -> None:
                 flash_attn=flash_attn,
             )
             total = planned_units(chosen, config)
-            with Progress(
-                TextColumn("[progress.description]{task.description}", table_column=None),
-                BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                console=console, transient=False,
-            ) as bar:
-                task = bar.add_task("warm-up", total=total)
+            if not console.is_terminal:  # a log file: lines, not a bar that draws only at the end
+                run = run_bench(engine, chosen, config, LineProgress(total, lambda line: typer.echo(f"bench: {line}", err=True)))
+            else:
+                with Progress(
+                    TextColumn("[progress.description]{task.description}", table_column=None),
+                    BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=console, transient=False,
+                ) as bar:
+                    task = bar.add_task("warm-up", total=total)
 
-                def progress(n: int, label: str) -> None:
-                    bar.update(task, advance=n, description=label[:48])
+                    def progress(n: int, label: str) -> None:
+                        bar.update(task, advance=n, description=label[:48])
 
-                run = run_bench(engine, chosen, config, progress)
+                    run = run_bench(engine, chosen, config, progress)
         finally:
             engine.close()
         params = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}

@@ -91,6 +91,8 @@ def test_cli_bench_tiny_run_writes_json(smollm2_path: Path, tmp_path: Path) -> N
     ])
     assert res.exit_code == 0, res.output
     assert "math" in res.output and "γ=1" in res.output
+    # not a terminal: progress comes as lines (the last one at 100 %), not a bar drawn at the end
+    assert "tokens (100 %)" in res.output and "bench: " in res.output
     data = json.loads(out.read_text())
     assert data["config"]["arms"] == ["plain", "model@1"]
     assert data["num_samples"] == 2 * 1  # math-01 is single-turn: 2 arms
