@@ -20,12 +20,11 @@ def _hms(seconds: float) -> str:
 class LineProgress:
     """Counts units of work (tokens) and writes "done/total (pct), elapsed, ETA, label" lines."""
 
-    def __init__(self, total: int, write: Callable[[str], None], *, unit: str = "tokens", every_s: float = 60.0,
+    def __init__(self, total: int, write: Callable[[str], None], *, every_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.total = max(0, total)
         self.done = 0
         self._write = write
-        self._unit = unit
         self._every_s = every_s
         self._clock = clock
         self._start = clock()
@@ -48,4 +47,4 @@ class LineProgress:
             eta = "ETA " + _hms(elapsed * (self.total - self.done) / self.done)
         else:
             eta = "ETA ?"
-        return f"{self.done}/{self.total} {self._unit} ({pct:.0f} %), {_hms(elapsed)} elapsed, {eta} · {label}"
+        return f"{self.done}/{self.total} tokens ({pct:.0f} %), {_hms(elapsed)} elapsed, {eta} · {label}"

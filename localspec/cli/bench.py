@@ -92,10 +92,10 @@ def register(app: typer.Typer) -> None:
         )
 
         from localspec.bench.environment import environment_record
-        from localspec.cli._progress import LineProgress
         from localspec.bench.plot import write_plot
         from localspec.bench.report import build_report, markdown_tables, rebuild_report, render_tables, write_json
         from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
+        from localspec.cli._progress import LineProgress
         from localspec.prompts import load_builtin, load_prompt_sources, select
 
         console = Console(width=None if sys.stdout.isatty() else 160)
