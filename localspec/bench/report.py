@@ -47,6 +47,7 @@ def samples_from_json(report: dict[str, Any]) -> BenchRun:
         max_tokens=c["max_tokens"], prompts_per_category=c["prompts_per_category"],
         categories=tuple(c["categories"]) if c["categories"] else None, seed=c["seed"],
         top_p=c["top_p"], top_k=c["top_k"], warmup_tokens=c["warmup_tokens"], repeat=c.get("repeat", 1),
+        lockstep=c.get("lockstep", False),
     )
     prompts = [BenchPrompt(p["question_id"], p["category"], ("",) * p["num_turns"], source=p.get("source"))
                for p in report["prompts"]]

@@ -78,6 +78,8 @@ class BenchConfig:
     """Tokens generated per drafter kind before measuring (not recorded); 0 = no warm-up."""
     repeat: int = 1
     """Rounds over the whole prompt list (same seeds each round; the summary pools them)."""
+    lockstep: bool = False
+    """Arms of a prompt run at once, an engine each (bench/lockstep.py), not one after another."""
 
     @property
     def arms(self) -> list[Arm]:
@@ -92,7 +94,8 @@ class BenchConfig:
             "prompts_per_category": self.prompts_per_category,
             "categories": list(self.categories) if self.categories else None,
             "seed": self.seed, "top_p": self.top_p, "top_k": self.top_k,
-            "warmup_tokens": self.warmup_tokens, "repeat": self.repeat, "arms": [a.key for a in self.arms],
+            "warmup_tokens": self.warmup_tokens, "repeat": self.repeat,
+            "lockstep": self.lockstep, "arms": [a.key for a in self.arms],
         }
 
 
@@ -176,9 +179,9 @@ def turn_seed(base: int, question_id: str, turn: int, temperature: float) -> int
     return zlib.crc32(f"{base}:{question_id}:{turn}:{temperature:g}".encode()) & 0x7FFFFFFF
 
 
-def _warm_up(engine: Engine, config: BenchConfig) -> None:
-    kinds = dict.fromkeys(a.drafter for a in config.arms)
-    for kind in kinds:
+def warm_up(engine: Engine, config: BenchConfig, kinds: Sequence[str] | None = None) -> None:
+    """A few unrecorded tokens per drafter kind (default: every kind of the config's arms)."""
+    for kind in dict.fromkeys(kinds if kinds is not None else [a.drafter for a in config.arms]):
         req = GenerationRequest(
             prompt=WARMUP_PROMPT, max_tokens=config.warmup_tokens, temperature=0.0,
             drafter=kind, gamma=0 if kind == "none" else max(config.gammas), seed=0,
@@ -232,7 +235,7 @@ def run_bench(
     t_start = time.perf_counter()
     try:
         if config.warmup_tokens > 0:
-            _warm_up(engine, config)
+            warm_up(engine, config)
         for r, j, prompt in ((r, j, p) for r in range(config.repeat) for j, p in enumerate(prompts)):
             for position, (temp, arm) in enumerate(arm_order(units, j, r)):
                 history: list[ChatMessage] = []

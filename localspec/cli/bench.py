@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from localspec.cli import _options as opt
+
+if TYPE_CHECKING:
+    from localspec.bench.runner import Arm
+    from localspec.engine import Engine
 
 BENCH_EXAMPLES = [
     "localspec bench --categories coding,rag --gamma 1,2,4 --max-tokens 64",
@@ -48,6 +54,20 @@ def _names(text: str, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
     return vals
 
 
+def _arm_engines(flags: opt.ModelFlags, engine: Engine, arms: Sequence[Arm], into: dict[str, Engine]) -> None:
+    """`--lockstep`: an engine per arm in `into` (filled as they load, so a failure leaves
+    the loaded ones to close). `engine` (the pair as given) serves the first arm that drafts
+    with the drafter file; arms that do not (plain, n-gram, MTP) load the target alone."""
+    alone = dataclasses.replace(flags, model_draft="none")
+    for arm in arms:
+        if arm.drafter in ("none", "ngram", "mtp") or flags.no_drafter:
+            into[arm.key] = alone.build_engine()
+        elif engine not in into.values():
+            into[arm.key] = engine
+        else:
+            into[arm.key] = flags.build_engine()
+
+
 def register(app: typer.Typer) -> None:
     """Attach the benchmark to the `bench` group as its callback (runs with no subcommand)."""
 
@@ -74,6 +94,9 @@ def register(app: typer.Typer) -> None:
         warmup_tokens: Annotated[int, typer.Option("--warmup-tokens", min=0, help="Warm-up tokens per drafter (not recorded).")] = 8,
         repeat: Annotated[int, typer.Option("--repeat", min=1, help="Run every prompt this many times (each round in the reverse arm order "
                                             "of the one before) and pool: less timing noise per category; each round's speedup is shown too.")] = 1,
+        lockstep: Annotated[bool, typer.Option("--lockstep", help="Run a prompt's arms at once, one step each in turn, each arm on its own "
+                                               "copy of the models (memory for one pair per arm): the host's speed drifts hit "
+                                               "every arm alike (far less noise on a shared machine).")] = False,
         n_gpu_layers: int = opt.NGL,
         n_gpu_layers_draft: int = opt.NGLD,
         ctx_size: int = opt.CTX,
@@ -94,7 +117,8 @@ def register(app: typer.Typer) -> None:
         from localspec.bench.environment import environment_record
         from localspec.bench.plot import write_plot
         from localspec.bench.report import build_report, markdown_tables, rebuild_report, render_tables, write_json
-        from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, planned_units, run_bench
+        from localspec.bench.lockstep import run_lockstep
+        from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, BenchRun, ProgressFn, planned_units, run_bench
         from localspec.cli._progress import LineProgress
         from localspec.prompts import load_builtin, load_prompt_sources, select
 
@@ -136,7 +160,7 @@ def register(app: typer.Typer) -> None:
         config = BenchConfig(
             gammas=gammas, temperatures=temps, drafters=kinds, max_tokens=max_tokens,
             prompts_per_category=prompts_per_category or None, categories=cats, seed=seed,
-            warmup_tokens=warmup_tokens, repeat=repeat,
+            warmup_tokens=warmup_tokens, repeat=repeat, lockstep=lockstep,
         )
 
         flags = opt.ModelFlags(
@@ -151,8 +175,10 @@ def register(app: typer.Typer) -> None:
             f"bench: {len(chosen)} prompts in {len(dict.fromkeys(p.category for p in chosen))} categories, "
             f"arms {', '.join(a.key for a in config.arms)}, T={','.join(f'{t:g}' for t in temps)}, "
             f"{max_tokens} tokens per turn" + (f", {repeat} rounds" if repeat > 1 else "")
+            + (", lockstep (an engine per arm)" if lockstep else "")
         )
         engine = flags.build_engine()
+        engines: dict[str, Engine] = {}
         missing = [k for k in kinds if k not in ("adaptive", "none") and k not in engine.drafters]
         if missing:
             engine.close()
@@ -161,6 +187,14 @@ def register(app: typer.Typer) -> None:
                 f"{', '.join(engine.drafters)}); the -md file decides: a small model gives 'model', "
                 "an EAGLE-3/DFlash/DSpark GGUF gives its kind", param_hint="--drafters")
         try:
+            if lockstep:
+                _arm_engines(flags, engine, config.arms, engines)
+
+            def measure(progress: ProgressFn) -> BenchRun:
+                if lockstep:
+                    return run_lockstep(engines, chosen, config, progress)
+                return run_bench(engine, chosen, config, progress)
+
             env = environment_record(
                 target_path, draft_path, kernel=engine.info.kernel, threads=threads, n_ctx=ctx_size,
                 n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, numerics=engine.info.numerics,
@@ -168,7 +202,7 @@ def register(app: typer.Typer) -> None:
             )
             total = planned_units(chosen, config)
             if not console.is_terminal:  # a log file: lines, not a bar that draws only at the end
-                run = run_bench(engine, chosen, config, LineProgress(total, lambda line: typer.echo(f"bench: {line}", err=True)))
+                run = measure(LineProgress(total, lambda line: typer.echo(f"bench: {line}", err=True)))
             else:
                 with Progress(
                     TextColumn("[progress.description]{task.description}", table_column=None),
@@ -181,9 +215,10 @@ def register(app: typer.Typer) -> None:
                     def progress(n: int, label: str) -> None:
                         bar.update(task, advance=n, description=label[:48])
 
-                    run = run_bench(engine, chosen, config, progress)
+                    run = measure(progress)
         finally:
-            engine.close()
+            for e in {id(e): e for e in [engine, *engines.values()]}.values():
+                e.close()
         params = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
         report = build_report(run, env, command={"argv": shlex.join(sys.argv), "params": params})
         emit(report)
