@@ -14,7 +14,6 @@ import typer
 from localspec.cli import _options as opt
 
 if TYPE_CHECKING:
-    from localspec.bench.runner import Arm
     from localspec.engine import Engine
 
 BENCH_EXAMPLES = [
@@ -52,20 +51,6 @@ def _names(text: str, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
     if not vals or bad:
         raise typer.BadParameter(f"choose from {', '.join(allowed)} (got {text!r})", param_hint=name)
     return vals
-
-
-def _arm_engines(flags: opt.ModelFlags, engine: Engine, arms: Sequence[Arm], into: dict[str, Engine]) -> None:
-    """`--lockstep`: an engine per arm in `into` (filled as they load, so a failure leaves
-    the loaded ones to close). `engine` (the pair as given) serves the first arm that drafts
-    with the drafter file; arms that do not (plain, n-gram, MTP) load the target alone."""
-    alone = dataclasses.replace(flags, model_draft="none")
-    for arm in arms:
-        if arm.drafter in ("none", "ngram", "mtp") or flags.no_drafter:
-            into[arm.key] = alone.build_engine()
-        elif engine not in into.values():
-            into[arm.key] = engine
-        else:
-            into[arm.key] = flags.build_engine()
 
 
 def register(app: typer.Typer) -> None:
@@ -115,12 +100,25 @@ def register(app: typer.Typer) -> None:
         )
 
         from localspec.bench.environment import environment_record
+        from localspec.bench.lockstep import run_lockstep
         from localspec.bench.plot import write_plot
         from localspec.bench.report import build_report, markdown_tables, rebuild_report, render_tables, write_json
-        from localspec.bench.lockstep import run_lockstep
-        from localspec.bench.runner import SWEEP_GAMMAS, BenchConfig, BenchRun, ProgressFn, planned_units, run_bench
+        from localspec.bench.runner import SWEEP_GAMMAS, Arm, BenchConfig, BenchRun, ProgressFn, planned_units, run_bench
         from localspec.cli._progress import LineProgress
         from localspec.prompts import load_builtin, load_prompt_sources, select
+
+        def arm_engines(flags: opt.ModelFlags, engine: Engine, arms: Sequence[Arm], into: dict[str, Engine]) -> None:
+            """`--lockstep`: an engine per arm in `into` (filled as they load, so a failure leaves
+            the loaded ones to close). `engine` (the pair as given) serves the first arm that drafts
+            with the drafter file; arms that do not (plain, n-gram, MTP) load the target alone."""
+            alone = dataclasses.replace(flags, model_draft="none")
+            for arm in arms:
+                if arm.drafter in ("none", "ngram", "mtp") or flags.no_drafter:
+                    into[arm.key] = alone.build_engine()
+                elif engine not in into.values():
+                    into[arm.key] = engine
+                else:
+                    into[arm.key] = flags.build_engine()
 
         console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -188,7 +186,7 @@ def register(app: typer.Typer) -> None:
                 "an EAGLE-3/DFlash/DSpark GGUF gives its kind", param_hint="--drafters")
         try:
             if lockstep:
-                _arm_engines(flags, engine, config.arms, engines)
+                arm_engines(flags, engine, config.arms, engines)
 
             def measure(progress: ProgressFn) -> BenchRun:
                 if lockstep:
