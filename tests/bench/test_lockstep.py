@@ -86,18 +86,19 @@ def test_lockstep_arms_of_a_turn_overlap_and_rotate() -> None:
 
 def test_lockstep_charges_each_arm_only_its_own_time() -> None:
     config = BenchConfig(gammas=(2,), temperatures=(0.0,), drafters=("ngram",), max_tokens=10, warmup_tokens=0)
-    # plain decodes slowly (20 ms a call), n-gram's engine has no delay
-    engines = {"plain": _engine(0.02), "ngram@2": _engine(0.0)}
+    # plain decodes slowly (50 ms a call), n-gram's engine has no delay
+    engines = {"plain": _engine(0.05), "ngram@2": _engine(0.0)}
     t0 = time.perf_counter()
     run = run_lockstep(engines, PROMPTS[:1], config)
     elapsed = time.perf_counter() - t0
     s = {x.arm: x for x in run.samples}
     slow, fast = s["plain"], s["ngram@2"]
-    assert slow.stats["t_generate_s"] >= 0.02 * (slow.stats["num_steps"] - 1)
-    # the fast arm ran while the slow one decoded, but is not charged for it
-    assert fast.stats["t_other_arms_s"] >= 0.02 * (fast.stats["num_steps"] - 1)
-    assert fast.stats["t_generate_s"] < 0.25 * slow.stats["t_generate_s"]
-    assert fast.stats["tokens_per_s"] > 4 * slow.stats["tokens_per_s"]
+    assert slow.stats["t_generate_s"] >= 0.05 * (slow.stats["num_steps"] - 1)
+    # the fast arm ran while the slow one decoded, but is not charged for it (margins leave
+    # room for a loaded machine: the fakes' own work is the same for both)
+    assert fast.stats["t_other_arms_s"] >= 0.05 * (fast.stats["num_steps"] - 1)
+    assert fast.stats["t_generate_s"] < 0.5 * slow.stats["t_generate_s"]
+    assert fast.stats["tokens_per_s"] > 2 * slow.stats["tokens_per_s"]
     assert slow.t_wall_s + fast.t_wall_s <= elapsed
 
 
