@@ -17,17 +17,8 @@ from localspec.bench.runner import BenchConfig, run_bench
 from localspec.bench.summary import ALL
 from localspec.engine import Engine, Generation, GenerationRequest
 from localspec.engine.fake import FakeBackend
-from localspec.prompts import BenchPrompt
+from tests.bench.conftest import PROMPTS, TEMPLATE
 
-TEMPLATE = (
-    "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>{% endif %}"
-)
-PROMPTS = [
-    BenchPrompt("a-1", "alpha", ("hello",)),
-    BenchPrompt("a-2", "alpha", ("first turn", "second turn")),
-    BenchPrompt("b-1", "beta", ("other",)),
-]
 CONFIG = BenchConfig(gammas=(1, 3), temperatures=(0.0, 0.8), drafters=("model", "ngram"),
                      max_tokens=12, warmup_tokens=0)
 

@@ -11,17 +11,7 @@ from localspec.bench.runner import BenchConfig, make_arms, planned_units, run_be
 from localspec.bench.summary import ALL, summarize
 from localspec.engine import Engine, Generation, GenerationRequest
 from localspec.engine.fake import FakeBackend
-from localspec.prompts import BenchPrompt
-
-TEMPLATE = (
-    "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>{% endif %}"
-)
-PROMPTS = [
-    BenchPrompt("a-1", "alpha", ("hello",)),
-    BenchPrompt("a-2", "alpha", ("first turn", "second turn")),
-    BenchPrompt("b-1", "beta", ("other",)),
-]
+from tests.bench.conftest import PROMPTS, TEMPLATE
 
 
 class SpyEngine:
