@@ -87,7 +87,8 @@ def run_lockstep(
 ) -> BenchRun:
     """`run_bench` with every arm of a (prompt, temperature) running at once, `engines[arm.key]`
     serving each arm. Temperatures run one after another (reversed in odd rounds); within a
-    turn the arms take turns in `arm_order`. On KeyboardInterrupt returns what finished,
+    turn the arms take turns in `arm_order`, reversed for every other prompt (so no arm always
+    runs right after the same one). On KeyboardInterrupt returns what finished,
     `interrupted=True` (a turn in flight is dropped for every arm)."""
     prompts = round_robin(prompts)
     run = BenchRun(config=config, prompts=list(prompts))
@@ -103,6 +104,8 @@ def run_lockstep(
             temps = config.temperatures[::-1] if r % 2 else config.temperatures
             for temp in temps:
                 order: list[Arm] = arm_order(arms, j, r)
+                if j % 2:  # every arm's predecessor in the cycle changes too, not only who starts
+                    order.reverse()
                 history: dict[str, list[ChatMessage]] = {a.key: [] for a in arms}
                 for turn, user_text in enumerate(prompt.turns):
                     seed = turn_seed(config.seed, prompt.question_id, turn, temp)

@@ -71,7 +71,10 @@ def test_lockstep_arms_of_a_turn_overlap_and_rotate() -> None:
     run = run_lockstep(spies, PROMPTS, CONFIG)  # type: ignore[arg-type]
     first = [s.arm for s in run.samples if s.question_id == "a-1" and s.temperature == 0.0]
     second = [s.arm for s in run.samples if s.question_id == "b-1" and s.temperature == 0.0]
-    assert first[0] == "plain" and second == first[1:] + first[:1]  # rotated by one per prompt
+    rotated = first[1:] + first[:1]  # the second prompt's order: rotated by one, then reversed
+    assert first[0] == "plain" and second == rotated[::-1]
+    cycle = {a: first[(i - 1) % len(first)] for i, a in enumerate(first)}
+    assert all(cycle[a] != second[(i - 1) % len(second)] for i, a in enumerate(second))  # new predecessors
     assert [s.position for s in run.samples[: len(first)]] == list(range(len(first)))
 
 
