@@ -29,9 +29,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from localspec.bench.runner import (
-    Arm, BenchConfig, BenchRun, ProgressFn, Sample, arm_order, round_robin, turn_seed, warm_up,
+    Arm, BenchConfig, BenchRun, ProgressFn, Sample, arm_order, arm_request, round_robin, turn_seed, warm_up,
 )
-from localspec.engine import ChatMessage, Engine, Generation, GenerationRequest
+from localspec.engine import ChatMessage, Engine, Generation
 from localspec.prompts import BenchPrompt
 
 log = logging.getLogger(__name__)
@@ -113,11 +113,7 @@ def run_lockstep(
                         lanes = []
                         for arm in order:
                             history[arm.key].append(ChatMessage("user", user_text))
-                            req = GenerationRequest(
-                                messages=tuple(history[arm.key]), max_tokens=config.max_tokens,
-                                temperature=temp, top_p=config.top_p, top_k=config.top_k, seed=seed,
-                                drafter=arm.drafter, gamma=arm.gamma,
-                            )
+                            req = arm_request(config, arm, history[arm.key], temp, seed)
                             label = f"{prompt.category} {prompt.question_id} T={temp:g} lockstep"
                             if config.repeat > 1:
                                 label = f"{r + 1}/{config.repeat} {label}"

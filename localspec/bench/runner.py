@@ -209,6 +209,14 @@ def _generate(
     return "".join(parts), generation.stats.to_dict(), time.perf_counter() - t0
 
 
+def arm_request(config: BenchConfig, arm: Arm, history: Sequence[ChatMessage], temp: float, seed: int) -> GenerationRequest:
+    """The request of one turn on one arm: the conversation so far, the config's sampling."""
+    return GenerationRequest(
+        messages=tuple(history), max_tokens=config.max_tokens, temperature=temp,
+        top_p=config.top_p, top_k=config.top_k, seed=seed, drafter=arm.drafter, gamma=arm.gamma,
+    )
+
+
 def arm_order(units: Sequence[Any], prompt_index: int, round_index: int) -> list[Any]:
     """The order of a prompt's (temperature, arm) units: rotated by the prompt's index,
     reversed in odd rounds."""
@@ -242,11 +250,7 @@ def run_bench(
                 for turn, user_text in enumerate(prompt.turns):
                     history.append(ChatMessage("user", user_text))
                     seed = turn_seed(config.seed, prompt.question_id, turn, temp)
-                    req = GenerationRequest(
-                        messages=tuple(history), max_tokens=config.max_tokens, temperature=temp,
-                        top_p=config.top_p, top_k=config.top_k, seed=seed,
-                        drafter=arm.drafter, gamma=arm.gamma,
-                    )
+                    req = arm_request(config, arm, history, temp, seed)
                     label = f"{prompt.category} {prompt.question_id} T={temp:g} {arm.key}"
                     if config.repeat > 1:
                         label = f"{r + 1}/{config.repeat} {label}"
