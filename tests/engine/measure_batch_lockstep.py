@@ -7,10 +7,16 @@ steps (prefill chunks, drafting, verify, acceptance: everything a step does).
 
     python tests/engine/measure_batch_lockstep.py [exact|fast] [ROUNDS] [P] [C,C,...] [TOKENS]
 
+With TRACE=FILE in the environment every step is also written to FILE as a JSON line: the
+engine, round, C, the rows of each part of its target call (prompt chunk or verify rows), the
+target call's seconds and the whole step's (`tests/engine/trace_batch_steps.py` sums them up).
+
 The turnstile waits before a step, never inside one, so the engine's own timings (and the
 adaptive policy's cost estimates) hold no other engine's time. A measurement harness, not the
 server: HTTP and the clients' own work are left out (they are the same for both engines); the
 real server under the `openai` client is `localspec bench load`."""
+import json
+import os
 import statistics
 import sys
 import threading
@@ -60,15 +66,38 @@ class Turnstile:
 turnstile = Turnstile()
 own_s: dict[int, float] = {}
 _step = batch_mod.BatchRunner._step
+trace = open(os.environ["TRACE"], "w") if os.environ.get("TRACE") else None
+where = {"round": 0, "C": 0}
+names_of: dict[int, str] = {}
 
 
 def gated_step(self: batch_mod.BatchRunner, jobs: list) -> None:  # type: ignore[type-arg]
     with turnstile.turn(self):
+        calls: list[tuple[list[tuple[int, bool]], float]] = []
+        decode_many = self.target.decode_many
+        if trace is not None:
+            def timed(parts):  # type: ignore[no-untyped-def]
+                t = time.perf_counter()
+                try:
+                    return decode_many(parts)
+                finally:
+                    calls.append(([(len(p[1]), p[2]) for p in parts], time.perf_counter() - t))
+            self.target.decode_many = timed  # type: ignore[method-assign]
+        gen0 = sum(j.stats.num_generated_tokens for j in jobs)
+        acc0 = sum(j.stats.num_accepted_tokens for j in jobs)
         t0 = time.perf_counter()
         try:
             _step(self, jobs)
         finally:
-            own_s[id(self)] = own_s.get(id(self), 0.0) + time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            own_s[id(self)] = own_s.get(id(self), 0.0) + dt
+            if trace is not None:
+                del self.target.decode_many
+                gen = sum(j.stats.num_generated_tokens for j in jobs) - gen0
+                acc = sum(j.stats.num_accepted_tokens for j in jobs) - acc0
+                for parts, t_call in calls:
+                    trace.write(json.dumps({"engine": names_of.get(id(self), "?"), **where, "parts": parts,
+                                            "t_decode": t_call, "t_step": dt, "gen": gen, "acc": acc}) + "\n")
 
 
 batch_mod.BatchRunner._step = gated_step  # type: ignore[method-assign]
@@ -78,6 +107,7 @@ engines = {name: Engine(ModelSpec(str(t), n_ctx=4096, numerics=numerics), ModelS
                         parallel=parallel) for name in ("none", "adaptive")}
 for e in engines.values():
     e.warm_up()
+names_of.update({id(e._runner): name for name, e in engines.items()})
 prompts = [p.turns[0] for p in load_builtin().prompts]
 
 
@@ -97,6 +127,7 @@ for r in range(rounds):
     for c in levels:
         shares = [[prompts[(offset + k * PER_CLIENT + i) % len(prompts)] for i in range(PER_CLIENT)] for k in range(c)]
         offset += c * PER_CLIENT
+        where.update({"round": r + 1, "C": c})
         outs: dict[str, list[tuple[int, float]]] = {name: [] for name in engines}
         before = {name: own_s.get(id(e._runner), 0.0) for name, e in engines.items()}
         names = list(engines) if r % 2 == 0 else list(engines)[::-1]  # who queues first alternates
