@@ -252,7 +252,7 @@ class AdaptivePolicy:
                 # in a batch a draft's rows are priced at least at the slope per row through
                 # the sizes around the batch, not by the next size's own running ratio alone
                 # (see `BatchCost.row_slope`): drafts chosen where that one looked cheap lost
-                # 5-10 % of their steps in four-sequence batches on a 2-core CPU
+                # 5-12 % of their steps in four-sequence batches on a 2-core CPU
                 rows = base + 1
                 slope = s.verify.row_slope(max(2, rows - self.max_gamma), rows + self.max_gamma)
                 t = max(t, s.verify.predict(rows) + k * slope * s.verify.t1 + s.overhead)

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DECAY = 0.97
@@ -146,8 +147,8 @@ class BatchCost:
     _low: dict[int, float] = field(default_factory=dict)
     """Batch size -> the lowest running ratio it ever had (never dropped): what it costs when
     nothing else loads the machine, for deciding whether to measure it again."""
-    _memo: dict[tuple[int, bool], float] = field(default_factory=dict, repr=False, compare=False)
-    """`ratio` answers since the last call was observed (`_memo_calls`): the policy asks for
+    _memo: dict[tuple[object, ...], float] = field(default_factory=dict, repr=False, compare=False)
+    """`ratio` and `row_slope` answers since the last call was observed (`_memo_calls`): the policy asks for
     the same sizes many times a step, and nothing they depend on changes between calls."""
     _memo_calls: int = field(default=-1, repr=False, compare=False)
 
@@ -187,13 +188,16 @@ class BatchCost:
         had instead (what it may cost again once measured anew)."""
         if n <= 1:
             return 1.0
+        return self._memoized(("ratio", n, low), lambda: self._ratio(n, low))
+
+    def _memoized(self, key: tuple[object, ...], compute: Callable[[], float]) -> float:
+        """`compute()`, remembered until the next observed call."""
         if self._memo_calls != self._calls:
             self._memo.clear()
             self._memo_calls = self._calls
-        key = (n, low)
         got = self._memo.get(key)
         if got is None:
-            got = self._memo[key] = self._ratio(n, low)
+            got = self._memo[key] = compute()
         return got
 
     def _ratio(self, n: int, low: bool) -> float:
@@ -240,6 +244,9 @@ class BatchCost:
         2-core CPU a 4-row call varies by ±30 % under a load of threads), and a batch policy
         that drafts where the next size *looks* cheap keeps hitting the sizes whose noise
         went low; the slope through all the neighbouring sizes is the steadier price of a row."""
+        return self._memoized(("slope", lo, hi), lambda: self._row_slope(lo, hi))
+
+    def _row_slope(self, lo: int, hi: int) -> float:
         pts = [(m, r, self._w.get(m, 0.0)) for m, r in self._r.items()
                if lo <= m <= hi and self._calls - self._seen.get(m, 0) <= STALE_CALLS]
         total = sum(w for _, _, w in pts)
