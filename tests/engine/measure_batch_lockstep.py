@@ -11,6 +11,13 @@ With TRACE=FILE in the environment every step is also written to FILE as a JSON 
 engine, round, C, the rows of each part of its target call (prompt chunk or verify rows), the
 target call's seconds and the whole step's (`tests/engine/trace_batch_steps.py` sums them up).
 
+Admission is settled too: before a step an engine admits nothing until every client of the
+level that has not finished has its request queued (a client whose request ended in the last
+step queues its next one first), and the queue is taken in prompt order. Without that, which
+sequences share a step depended on how the client threads raced into each engine's queue, and
+the two engines' batch make-up differed by chance (run 13: prompt-chunk steps 10.4 s against
+8.9 s at the same level). The waits fall outside the engines' steps and are not counted.
+
 The turnstile waits before a step, never inside one, so the engine's own timings (and the
 adaptive policy's cost estimates) hold no other engine's time. A measurement harness, not the
 server: HTTP and the clients' own work are left out (they are the same for both engines); the
@@ -100,7 +107,23 @@ def gated_step(self: batch_mod.BatchRunner, jobs: list) -> None:  # type: ignore
                                             "t_decode": t_call, "t_step": dt, "gen": gen, "acc": acc}) + "\n")
 
 
+clients_left: dict[int, int] = {}
+"""Per runner (id): the clients of the level that have not finished all their requests."""
+_admit = batch_mod.BatchRunner._admit
+
+
+def settled_admit(self: batch_mod.BatchRunner) -> None:
+    """Wait (the runner's condition held, so clients can queue) until every unfinished client
+    has a request in, then admit in prompt order."""
+    deadline = time.monotonic() + 30.0  # a safety net: a client that died must not hang the run
+    while len(self._active) + len(self._waiting) < clients_left.get(id(self), 0) and time.monotonic() < deadline:
+        self._cond.wait(0.5)
+    self._waiting = deque(sorted(self._waiting, key=lambda j: j.request.prompt_tokens))
+    _admit(self)
+
+
 batch_mod.BatchRunner._step = gated_step  # type: ignore[method-assign]
+batch_mod.BatchRunner._admit = settled_admit  # type: ignore[method-assign]
 
 t, d = default_pair_paths()
 engines = {name: Engine(ModelSpec(str(t), n_ctx=4096, numerics=numerics), ModelSpec(str(d), n_ctx=4096),
@@ -112,12 +135,19 @@ prompts = [p.turns[0] for p in load_builtin().prompts]
 
 
 def client(engine: Engine, drafter: str, items: list[str], out: list[tuple[int, float]]) -> None:
-    for p in items:
-        req = GenerationRequest(messages=(ChatMessage(role="user", content=p),), max_tokens=tokens, drafter=drafter)
-        with engine.generate(req) as g:
-            n = sum(1 for ev in g if ev.token_id >= 0)
-        st = g.stats
-        out.append((n, st.mean_gamma))
+    try:
+        for p in items:
+            req = GenerationRequest(messages=(ChatMessage(role="user", content=p),), max_tokens=tokens,
+                                    drafter=drafter)
+            with engine.generate(req) as g:
+                n = sum(1 for ev in g if ev.token_id >= 0)
+            st = g.stats
+            out.append((n, st.mean_gamma))
+    finally:
+        runner = engine._runner
+        with runner._cond:
+            clients_left[id(runner)] -= 1
+            runner._cond.notify_all()
 
 
 results: dict[tuple[str, int], list[float]] = {}
@@ -131,6 +161,9 @@ for r in range(rounds):
         outs: dict[str, list[tuple[int, float]]] = {name: [] for name in engines}
         before = {name: own_s.get(id(e._runner), 0.0) for name, e in engines.items()}
         names = list(engines) if r % 2 == 0 else list(engines)[::-1]  # who queues first alternates
+        for e in engines.values():
+            with e._runner._cond:
+                clients_left[id(e._runner)] = c
         threads = [threading.Thread(target=client, args=(engines[name], name, s, outs[name]))
                    for s in shares for name in names]
         t0 = time.perf_counter()
