@@ -14,6 +14,7 @@ import sys
 import time
 
 from localspec.engine.engine import Engine
+from localspec.engine.metrics import SpecStats
 from localspec.prompts import load_builtin
 from localspec.store import default_pair_paths
 from localspec.types import ChatMessage, GenerationRequest, ModelSpec
@@ -31,10 +32,10 @@ for e in engines.values():
     e.warm_up()
 prompts = [p.turns[0] for p in load_builtin().prompts][::stride]
 seconds = {1: 0.0, 4: 0.0}
-produced = {1: 0, 4: 0}
+"""Wall seconds of each engine's generations, as its client saw them."""
+totals = {1: SpecStats(), 4: SpecStats()}
 ratios: list[float] = []
 same = 0
-counts = {p: {"steps": 0, "drafted": 0, "accepted": 0, "draft_s": 0.0, "verify_s": 0.0} for p in (1, 4)}
 for r in range(rounds):
     for i, prompt in enumerate(prompts):
         got: dict[int, tuple[list[int], float]] = {}
@@ -45,22 +46,17 @@ for r in range(rounds):
             with engines[p].generate(req) as g:
                 ids = [ev.token_id for ev in g if ev.token_id >= 0]
             got[p] = (ids, time.perf_counter() - t0)
-            st = g.stats
-            for key, value in (("steps", st.num_steps), ("drafted", st.num_draft_tokens),
-                               ("accepted", st.num_accepted_tokens), ("draft_s", st.t_draft_s),
-                               ("verify_s", st.t_verify_s)):
-                counts[p][key] += value
             seconds[p] += got[p][1]
-            produced[p] += len(ids)
+            totals[p].merge(g.stats)
         same += got[1][0] == got[4][0]
         rate = {p: len(ids) / s for p, (ids, s) in got.items()}
         ratios.append(rate[4] / rate[1])
         print(f"round {r + 1} prompt {i}: parallel 1 {rate[1]:.2f} tok/s, parallel 4 {rate[4]:.2f}, "
               f"4 ÷ 1 {ratios[-1]:.3f}", flush=True)
-one, four = produced[1] / seconds[1], produced[4] / seconds[4]
+one, four = (totals[p].num_generated_tokens / seconds[p] for p in (1, 4))
 print(f"{numerics} numerics, drafter {drafter}, {tokens} tokens, {len(ratios)} prompt pairs: parallel 1 "
       f"{one:.2f} tok/s, parallel 4 {four:.2f} tok/s; pooled 4 ÷ 1 {four / one:.3f}, median per prompt "
       f"{statistics.median(ratios):.3f}; same tokens {same}/{len(ratios)}")
-for p, c in counts.items():
-    print(f"parallel {p}: {c['steps']} steps, {c['drafted']} tokens drafted, {c['accepted']} accepted; "
-          f"{c['draft_s']:.1f} s drafting, {c['verify_s']:.1f} s verifying, {seconds[p]:.1f} s in all")
+for p, st in totals.items():
+    print(f"parallel {p}: {st.num_steps} steps, {st.num_draft_tokens} tokens drafted, {st.num_accepted_tokens} "
+          f"accepted; {st.t_draft_s:.1f} s drafting, {st.t_verify_s:.1f} s verifying, {seconds[p]:.1f} s in all")
